@@ -1,0 +1,267 @@
+"""The PDE-SSM layers against independent references (numpy's FFT, explicit loops, the original block)."""
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from iris_timm.layers import (
+    ConvectionDiffusionReaction2d,
+    PDESSMBlock,
+    SpectralConv2d,
+    TokenDifferential,
+)
+
+SEED_FILE = Path(__file__).resolve().parents[2] / "shared" / "seed" / "pde_ssm.py"
+# Even, odd, non-square and degenerate grids.
+GRIDS = [(8, 8), (7, 9), (6, 11), (1, 1), (1, 6), (5, 1), (2, 3)]
+
+
+def to_layout(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    return x.permute(0, 2, 3, 1) if channels_last else x
+
+
+def from_layout(y: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    return y.permute(0, 3, 1, 2) if channels_last else y
+
+
+def randomize_pde(op: ConvectionDiffusionReaction2d, seed: int = 0) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        op.log_diffusion.copy_(torch.empty(op.num_heads).uniform_(-8, -3, generator=g))
+        op.velocity.copy_(torch.randn(op.num_heads, 2, generator=g) * 0.2)
+        op.reaction.copy_(torch.randn(op.num_heads, generator=g) * 0.3)
+        op.log_time.copy_(torch.randn(op.num_heads, generator=g) * 0.3)
+
+
+def reference_pde(x: np.ndarray, op: ConvectionDiffusionReaction2d) -> np.ndarray:
+    """The operator from its formula, with a full complex FFT in float64: x is (B, C, H, W)."""
+    _, C, H, W = x.shape
+    cell = 1.0 / math.sqrt(H * W)
+    k_h = 2 * np.pi * np.fft.fftfreq(H, d=cell)[:, None]
+    k_w = 2 * np.pi * np.fft.fftfreq(W, d=cell)[None, :]
+    # At the Nyquist frequency of an even size the convection term is dropped (see fourier_wavenumbers).
+    k_h_conv = np.where(np.isclose(np.abs(k_h), np.pi * H / (H * cell)) & (H % 2 == 0), 0.0, k_h)
+    k_w_conv = np.where(np.isclose(np.abs(k_w), np.pi * W / (W * cell)) & (W % 2 == 0), 0.0, k_w)
+    per_head = C // op.num_heads
+    D = np.repeat(op.log_diffusion.detach().double().exp().numpy(), per_head)
+    v = np.repeat(op.velocity.detach().double().numpy(), per_head, axis=0)
+    r = np.repeat(op.reaction.detach().double().numpy(), per_head)
+    t = np.repeat(op.log_time.detach().double().exp().numpy(), per_head)
+    exponent = t[:, None, None] * (
+        -D[:, None, None] * (k_h**2 + k_w**2)
+        - 1j * (v[:, 0, None, None] * k_h_conv + v[:, 1, None, None] * k_w_conv)
+        + r[:, None, None]
+    )
+    y = np.fft.ifft2(np.fft.fft2(x) * np.exp(exponent))
+    assert np.abs(y.imag).max() < 1e-9 * max(1.0, np.abs(y.real).max())  # the operator is real
+    return y.real
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("num_heads", [None, 2])
+def test_pde_matches_full_fft_reference(grid, channels_last, num_heads):
+    op = ConvectionDiffusionReaction2d(4, num_heads=num_heads, channels_last=channels_last)
+    randomize_pde(op)
+    x = torch.randn(2, 4, *grid)
+    y = from_layout(op(to_layout(x, channels_last)), channels_last)
+    np.testing.assert_allclose(y.detach().numpy(), reference_pde(x.double().numpy(), op), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shift", [(2, 0), (0, 3), (-1, 2)])
+def test_pde_convection_translates_content(shift):
+    """With no diffusion or reaction, t*v = s cells moves the map by s cells (odd grid: no Nyquist term)."""
+    H, W = 9, 11
+    op = ConvectionDiffusionReaction2d(3)
+    cell = 1.0 / math.sqrt(H * W)
+    with torch.no_grad():
+        op.log_diffusion.fill_(-80.0)  # D = e^-80: no diffusion
+        op.reaction.zero_()
+        op.log_time.zero_()  # t = 1
+        op.velocity.copy_(torch.tensor(shift, dtype=torch.float32) * cell)
+    x = torch.randn(2, 3, H, W)
+    torch.testing.assert_close(op(x), torch.roll(x, shifts=shift, dims=(2, 3)), rtol=1e-4, atol=1e-5)
+
+
+def test_pde_reaction_scales_the_mean_and_diffusion_keeps_it():
+    op = ConvectionDiffusionReaction2d(2)
+    with torch.no_grad():
+        op.reaction.copy_(torch.tensor([0.0, 0.5]))
+        op.log_time.copy_(torch.tensor([0.0, math.log(2.0)]))
+    x = torch.randn(1, 2, 12, 10)
+    y = op(x)
+    gain = torch.tensor([1.0, math.exp(2.0 * 0.5)])
+    torch.testing.assert_close(y.mean((2, 3)), x.mean((2, 3)) * gain, rtol=1e-5, atol=1e-6)
+    assert y[0, 0].std() < x[0, 0].std()  # diffusion smooths
+
+
+@pytest.mark.parametrize(("coarse", "fine"), [((16, 16), (32, 32)), ((12, 18), (24, 36)), ((10, 14), (30, 42))])
+def test_pde_acts_on_content_the_same_at_every_resolution(coarse, fine):
+    """A band-limited image sampled on a coarse and a fine grid: the outputs agree where the grids meet."""
+    op = ConvectionDiffusionReaction2d(3)
+    randomize_pde(op, seed=1)
+
+    def sample(grid):
+        H, W = grid
+        a = torch.arange(H, dtype=torch.float64)[:, None] / H  # content coordinates in [0, 1)
+        b = torch.arange(W, dtype=torch.float64)[None, :] / W
+        channels = [
+            torch.cos(2 * math.pi * (a + 2 * b)),
+            torch.sin(2 * math.pi * 3 * a) + 0.5 * torch.cos(2 * math.pi * b),
+            torch.cos(2 * math.pi * (2 * a - b) + 0.3),
+        ]
+        return torch.stack(channels)[None].float()  # (1, 3, H, W)
+
+    y_coarse = op(sample(coarse))
+    y_fine = op(sample(fine))
+    step_h, step_w = fine[0] // coarse[0], fine[1] // coarse[1]
+    torch.testing.assert_close(y_fine[..., ::step_h, ::step_w], y_coarse, rtol=1e-4, atol=1e-4)
+
+
+def test_pde_parameters_do_not_depend_on_resolution():
+    op = ConvectionDiffusionReaction2d(8, num_heads=4)
+    assert sum(p.numel() for p in op.parameters()) == 4 * 5  # D, v (2), r, t per head
+    for grid in [(1, 1), (7, 7), (64, 48)]:
+        assert op(torch.randn(1, 8, *grid)).shape == (1, 8, *grid)
+
+
+def reference_spectral(x: np.ndarray, conv: SpectralConv2d) -> np.ndarray:
+    """Apply the weights frequency by frequency: row frequency f uses weight_pos[f] if f >= 0, else
+    weight_neg[modes_h + f]; each frequency present in the grid is used exactly once."""
+    H, W = x.shape[-2:]
+    w_pos = torch.view_as_complex(conv.weight_pos.detach()).to(torch.complex128).numpy()
+    w_neg = torch.view_as_complex(conv.weight_neg.detach()).to(torch.complex128).numpy()
+    x_ft = np.fft.rfft2(x)
+    out = np.zeros_like(x_ft)
+    for row in range(H):
+        f = row if row < (H + 1) // 2 else row - H
+        if not -conv.modes_h <= f < conv.modes_h:
+            continue
+        w = w_pos[..., f, :] if f >= 0 else w_neg[..., conv.modes_h + f, :]
+        for col in range(min(conv.modes_w, W // 2 + 1)):
+            if conv.depthwise:
+                out[:, :, row, col] = x_ft[:, :, row, col] * w[:, col]
+            else:
+                out[:, :, row, col] = x_ft[:, :, row, col] @ w[:, :, col]
+    return np.fft.irfft2(out, s=(H, W))
+
+
+@pytest.mark.parametrize("grid", [*GRIDS, (3, 4), (4, 5)])
+@pytest.mark.parametrize("depthwise", [False, True])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_spectral_conv_matches_numpy_reference(grid, depthwise, channels_last):
+    conv = SpectralConv2d(4, 3, 2, depthwise=depthwise, channels_last=channels_last)
+    with torch.no_grad():
+        conv.weight_pos.normal_()
+        conv.weight_neg.normal_()
+    x = torch.randn(2, 4, *grid)
+    y = from_layout(conv(to_layout(x, channels_last)), channels_last)
+    np.testing.assert_allclose(y.detach().numpy(), reference_spectral(x.double().numpy(), conv), rtol=1e-4, atol=1e-4)
+
+
+def test_token_differential_local_matches_explicit_neighbourhood_mean():
+    td = TokenDifferential(3, kernel_size=3)
+    with torch.no_grad():
+        td.alpha.copy_(torch.tensor([0.5, -1.0, 2.0]).view(1, 3, 1, 1))
+    x = torch.randn(2, 3, 5, 4)
+    mean = torch.empty_like(x)
+    for i in range(5):
+        for j in range(4):
+            mean[..., i, j] = x[..., max(i - 1, 0) : i + 2, max(j - 1, 0) : j + 2].mean((-2, -1))
+    expected = x + td.alpha * (x - mean)
+    torch.testing.assert_close(td(x), expected)
+    td_cl = TokenDifferential(3, kernel_size=3, channels_last=True)
+    td_cl.load_state_dict({"alpha": td.alpha.detach().flatten()})
+    torch.testing.assert_close(td_cl(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2), expected)
+
+
+def test_token_differential_rejects_even_kernel():
+    with pytest.raises(ValueError, match="positive odd number"):
+        TokenDifferential(3, kernel_size=2)
+
+
+@pytest.mark.parametrize("grid", [(1, 1), (1, 7), (5, 3), (14, 14), (13, 20)])
+@pytest.mark.parametrize("operator", ["pde", "spectral", "pde+spectral"])
+def test_block_runs_on_any_grid(grid, operator):
+    block = PDESSMBlock(16, spatial_size=8, operator=operator)
+    x = torch.randn(2, grid[0] * grid[1], 16, requires_grad=True)
+    y = block(x, *grid)
+    assert y.shape == x.shape
+    y.square().mean().backward()
+    assert all(p.grad is not None and p.grad.isfinite().all() for p in block.parameters())
+
+
+def test_block_rejects_mismatched_tokens():
+    with pytest.raises(ValueError, match=r"\(B, H\*W, D\) = \(B, 12, D\), got \[2, 10, 8\]"):
+        PDESSMBlock(8)(torch.randn(2, 10, 8), 3, 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fourier_math_runs_in_float32_under_autocast(dtype):
+    op = ConvectionDiffusionReaction2d(8, channels_last=True)
+    randomize_pde(op)
+    x = torch.randn(2, 14, 7, 8).to(dtype)
+    expected = op(x.float()).to(dtype)
+    with torch.autocast("cpu", dtype=dtype):
+        y = op(x)
+    assert y.dtype == dtype
+    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+
+
+@pytest.fixture(scope="module")
+def seed():
+    if not SEED_FILE.exists():
+        pytest.skip(f"the original block is not at {SEED_FILE}")
+    spec = importlib.util.spec_from_file_location("seed_pde_ssm", SEED_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("grid", [(6, 6), (7, 9), (8, 11), (12, 6)])
+def test_spectral_conv_matches_the_original_where_it_was_correct(seed, grid):
+    """The original is correct on grids of at least 2 * modes rows; the weights load unchanged."""
+    torch.manual_seed(0)
+    original = seed.SpectralConv2d(5, 3, 3)
+    ours = SpectralConv2d(5, 3, 3)
+    ours.load_state_dict(original.state_dict())
+    x = torch.randn(2, 5, *grid)
+    torch.testing.assert_close(ours(x), original(x), rtol=1e-5, atol=1e-6)
+
+
+def test_spectral_conv_fixes_overlapping_modes(seed):
+    """On 3 rows with 2 modes the original writes frequency -1 over +1; each mode is now used once."""
+    torch.manual_seed(0)
+    original = seed.SpectralConv2d(2, 2, 2)
+    ours = SpectralConv2d(2, 2, 2)
+    ours.load_state_dict(original.state_dict())
+    x = torch.randn(1, 2, 3, 4)
+    expected = reference_spectral(x.double().numpy(), ours)
+    np.testing.assert_allclose(ours(x).detach().numpy(), expected, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(original(x).detach().numpy(), expected, atol=1e-3)
+
+
+def test_token_differential_global_matches_the_original(seed):
+    original = seed.TokenDifferential(4)
+    with torch.no_grad():
+        original.alpha.normal_()
+    ours = TokenDifferential(4, kernel_size=None)
+    ours.load_state_dict(original.state_dict())
+    x = torch.randn(2, 4, 5, 7)
+    torch.testing.assert_close(ours(x), original(x))
+
+
+@pytest.mark.parametrize(("spatial_size", "grid"), [(4, (4, 4)), (8, (8, 8)), (8, (9, 11)), (6, (7, 6))])
+def test_block_matches_the_original_and_loads_its_state_dict(seed, spatial_size, grid):
+    torch.manual_seed(0)
+    original = seed.PDESSMBlock(16, spatial_size)
+    with torch.no_grad():
+        original.token_diff.alpha.normal_()
+    ours = PDESSMBlock(16, spatial_size, operator="spectral", token_diff="global")
+    ours.load_state_dict(original.state_dict())
+    x = torch.randn(2, grid[0] * grid[1], 16)
+    torch.testing.assert_close(ours(x, *grid), original(x, *grid), rtol=1e-5, atol=1e-5)

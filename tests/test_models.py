@@ -1,0 +1,291 @@
+"""The timm model contract on every iris_* model, after timm's own tests/test_models.py.
+
+Input sizes are smaller than timm's (this suite runs on a 2-core CPU); every check is the same.
+"""
+
+import math
+
+import pytest
+import timm
+import torch
+from timm.layers import get_channel_dim, get_spatial_dim
+from timm.models import FeatureInfo, get_notrace_functions, get_notrace_modules, group_parameters
+from timm.optim import param_groups_weight_decay
+from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
+
+import iris_timm
+from iris_timm.layers import ConvectionDiffusionReaction2d
+
+MODELS = timm.list_models("iris_*")
+FWD_SIZE = 128  # timm: 384
+BWD_SIZE = 96  # timm: 128
+FEAT_SIZE = 96  # timm: 96
+
+
+def input_size(model_name: str, target: int) -> tuple[int, int, int]:
+    size = timm.get_pretrained_cfg_value(model_name, "input_size")
+    return tuple(min(s, target) for s in size)
+
+
+def fx_model(model: torch.nn.Module) -> torch.nn.Module:
+    tracer_kwargs = dict(
+        leaf_modules=get_notrace_modules(), autowrap_functions=get_notrace_functions(), param_shapes_constant=True
+    )
+    train_nodes, eval_nodes = get_graph_node_names(model, tracer_kwargs=tracer_kwargs)
+    return create_feature_extractor(
+        model, train_return_nodes=[train_nodes[-1]], eval_return_nodes=[eval_nodes[-1]], tracer_kwargs=tracer_kwargs
+    )
+
+
+def assert_all_grads(model: torch.nn.Module) -> None:
+    for name, param in model.named_parameters():
+        assert param.grad is not None, f"No gradient for {name}"
+        assert param.grad.isfinite().all(), f"Non-finite gradient for {name}"
+
+
+def test_the_family_is_registered():
+    assert {"iris_pdessm_t", "iris_pdessm_s", "iris_pdessm_b", "iris_pdessm_test"} <= set(MODELS)
+    assert timm.list_models("iris_pdessm*") == MODELS
+    assert all(timm.get_pretrained_cfg(name) is not None for name in MODELS)
+
+
+@pytest.mark.parametrize(
+    ("model_name", "params_m", "max_gmacs"),
+    [("iris_pdessm_t", (10, 15), None), ("iris_pdessm_s", (20, 35), 5.0), ("iris_pdessm_b", (45, 90), None)],
+)
+def test_sizes_are_in_range(model_name, params_m, max_gmacs):
+    from iris_timm.flops import count_macs, count_params
+
+    model = timm.create_model(model_name)
+    assert params_m[0] <= count_params(model) / 1e6 <= params_m[1]
+    if max_gmacs is not None:
+        assert count_macs(model, (3, 224, 224)) / 1e9 <= max_gmacs
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_model_forward(model_name):
+    model = timm.create_model(model_name).eval()
+    x = torch.randn(1, *input_size(model_name, FWD_SIZE))
+    outputs = model(x)
+    assert outputs.shape == (1, model.num_classes)
+    assert not outputs.isnan().any()
+    model.set_grad_checkpointing()
+    torch.testing.assert_close(model(x), outputs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+@pytest.mark.parametrize("num_classes", [42, 0])
+def test_model_backward(model_name, num_classes):
+    model = timm.create_model(model_name, num_classes=num_classes, drop_path_rate=0.1).train()
+    outputs = model(torch.randn(2, *input_size(model_name, BWD_SIZE)))
+    outputs.mean().backward()
+    assert_all_grads(model)
+    assert outputs.shape == (2, num_classes or model.num_features)
+    assert not outputs.isnan().any()
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_model_default_cfgs(model_name):
+    model = timm.create_model(model_name).eval()
+    cfg = model.pretrained_cfg
+    for key in ("input_size", "mean", "std", "crop_pct", "interpolation", "first_conv", "classifier", "license"):
+        assert cfg.get(key) is not None, f"pretrained_cfg lacks {key}"
+    assert cfg["fixed_input_size"] is False
+    assert model.num_classes >= 0 and model.num_features > 0 and model.head_hidden_size > 0
+    state_dict = model.state_dict()
+    assert cfg["first_conv"] + ".weight" in state_dict
+    assert cfg["classifier"] + ".weight" in state_dict
+    assert state_dict[cfg["first_conv"] + ".weight"].shape[1] == 3
+
+    spatial_axis, feat_axis = get_spatial_dim(model.output_fmt), get_channel_dim(model.output_fmt)
+    pool_size = cfg["pool_size"]
+    x = torch.randn(1, *cfg["input_size"])
+    features = model.forward_features(x)
+    assert [features.shape[a] for a in spatial_axis] == list(pool_size)
+    assert features.shape[feat_axis] == model.num_features
+    pre_logits = model.forward_head(features, pre_logits=True)
+    assert pre_logits.shape == (1, model.head_hidden_size)
+
+    model.reset_classifier(0)
+    assert model.num_classes == 0
+    torch.testing.assert_close(model(x), pre_logits)
+    model.reset_classifier(0, "")
+    assert [model(x).shape[a] for a in spatial_axis] == list(pool_size)
+    model.reset_classifier(7, "avg")
+    assert model.get_classifier().out_features == 7 and model(x).shape == (1, 7)
+
+    unpooled = timm.create_model(model_name, num_classes=0, global_pool="").eval()
+    assert unpooled(x).ndim == 4 and [unpooled(x).shape[a] for a in spatial_axis] == list(pool_size)
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_model_forward_torchscript(model_name):
+    with timm.set_scriptable(True):
+        model = timm.create_model(model_name).eval()
+    x = torch.randn(2, *input_size(model_name, FWD_SIZE))
+    scripted = torch.jit.script(model)
+    torch.testing.assert_close(scripted(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_model_forward_features(model_name):
+    model = timm.create_model(model_name, features_only=True).eval()
+    channels, reductions = model.feature_info.channels(), model.feature_info.reduction()
+    assert reductions == [4, 8, 16, 32]
+    size = input_size(model_name, FEAT_SIZE)
+    outputs = model(torch.randn(2, *size))
+    assert len(outputs) == len(channels)
+    for c, r, o in zip(channels, reductions, outputs, strict=True):
+        assert o.shape == (2, c, math.ceil(size[1] / r), math.ceil(size[2] / r))
+        assert not o.isnan().any()
+
+    picked = timm.create_model(model_name, features_only=True, out_indices=(1, 3)).eval()
+    assert picked.feature_info.reduction() == [8, 32]
+    assert [o.shape[1] for o in picked(torch.randn(1, *size))] == picked.feature_info.channels()
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_model_forward_intermediates(model_name):
+    model = timm.create_model(model_name).eval()
+    feature_info = FeatureInfo(model.feature_info, len(model.feature_info))
+    size = input_size(model_name, FEAT_SIZE)
+    x = torch.randn(2, *size)
+    output, intermediates = model.forward_intermediates(x)
+    assert len(intermediates) == len(feature_info.channels())
+    for c, r, o in zip(feature_info.channels(), feature_info.reduction(), intermediates, strict=True):
+        assert o.shape == (2, c, math.ceil(size[1] / r), math.ceil(size[2] / r))
+    torch.testing.assert_close(output, model.forward_features(x))
+
+    last_two = model.forward_intermediates(x, indices=2, output_fmt="NHWC", intermediates_only=True)
+    torch.testing.assert_close([t.permute(0, 3, 1, 2) for t in last_two], intermediates[2:])
+    early = model.forward_intermediates(x, indices=[0, 1], stop_early=True, intermediates_only=True)
+    torch.testing.assert_close(early, intermediates[:2])
+
+    model.set_grad_checkpointing()
+    output_ckpt, _ = model.forward_intermediates(x)
+    torch.testing.assert_close(output_ckpt, output, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_model_prune_intermediate_layers(model_name):
+    model = timm.create_model(model_name).eval()
+    x = torch.randn(1, *input_size(model_name, FEAT_SIZE))
+    expected = model.forward_intermediates(x, intermediates_only=True)
+    kept = model.prune_intermediate_layers(indices=[0, 1])
+    assert kept == [0, 1] and len(model.stages) == 2
+    assert model.num_classes == 0 and model.num_features == model.feature_info[1]["num_chs"]
+    torch.testing.assert_close(model.forward_intermediates(x, indices=[0, 1], intermediates_only=True), expected[:2])
+    assert model(x).shape[-1] == model.num_features  # the head is gone: unpooled NHWC features
+
+    getter = timm.create_model(model_name, features_only=True, feature_cls="getter", out_indices=(0, 2)).eval()
+    assert len(getter.model.stages) == 3
+    assert [o.shape[1] for o in getter(x)] == getter.feature_info.channels()
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_model_forward_fx(model_name):
+    model = timm.create_model(model_name).eval()
+    x = torch.randn(1, *input_size(model_name, FWD_SIZE))
+    with torch.inference_mode():
+        outputs = model(x)
+        fx_outputs = torch.cat(tuple(fx_model(model)(x).values()))
+    assert torch.equal(fx_outputs, outputs)
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_model_backward_fx(model_name):
+    model = timm.create_model(model_name, num_classes=42).train()
+    outputs = torch.cat(tuple(fx_model(model)(torch.randn(2, *input_size(model_name, BWD_SIZE))).values()))
+    outputs.mean().backward()
+    assert_all_grads(model)
+    assert outputs.shape == (2, 42)
+
+
+def test_model_torch_compile():
+    model = timm.create_model("iris_pdessm_test").eval()
+    x = torch.randn(2, 3, 64, 64)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_model_optimizer_groups(model_name):
+    model = timm.create_model(model_name)
+    no_decay = model.no_weight_decay()
+    names = dict(model.named_parameters())
+    pde = [n for n, m in model.named_modules() if isinstance(m, ConvectionDiffusionReaction2d)]
+    assert pde and all(f"{n}.velocity" in no_decay and f"{n}.log_diffusion" in no_decay for n in pde)
+    assert no_decay <= names.keys()
+    decay_group, no_decay_group = param_groups_weight_decay(model, 0.05, no_decay)
+    assert not any(p is names[f"{pde[0]}.velocity"] for p in decay_group["params"])
+    assert sum(p.numel() for p in no_decay_group["params"]) + sum(p.numel() for p in decay_group["params"]) == sum(
+        p.numel() for p in model.parameters()
+    )
+    for coarse in (False, True):
+        groups = group_parameters(model, model.group_matcher(coarse=coarse))
+        assert sum(len(g) for g in groups.values()) == len(names)
+
+
+def test_model_options():
+    model = timm.create_model("iris_pdessm_test", in_chans=1, drop_rate=0.2, drop_path_rate=0.1, num_classes=5)
+    assert model.stem.conv1.in_channels == 1 and model.head.drop.p == 0.2
+    assert model.stages[-1].blocks[-1].drop_path1.drop_prob == pytest.approx(0.1)
+    assert model(torch.randn(2, 1, 64, 64)).shape == (2, 5)
+    for operator in ("spectral", "pde+spectral"):
+        for token_diff in ("global", "none"):
+            variant = timm.create_model("iris_pdessm_test", operator=operator, token_diff=token_diff)
+            assert variant(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
+    cifar = timm.create_model("iris_pdessm_test", stem_stride=1)
+    assert cifar.forward_features(torch.randn(1, 3, 32, 32)).shape == (1, 4, 4, 64)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_model_device_and_dtype_construction(dtype):
+    model = timm.create_model("iris_pdessm_test", dtype=dtype)
+    assert {p.dtype for p in model.parameters()} == {dtype}
+    assert model(torch.randn(1, 3, 64, 64, dtype=dtype)).dtype == dtype
+    meta = timm.create_model("iris_pdessm_s", device="meta")
+    assert {p.device.type for p in meta.parameters()} == {"meta"}
+
+
+def test_the_same_weights_run_at_any_resolution():
+    model = timm.create_model("iris_pdessm_s").eval()
+    num_params = sum(p.numel() for p in model.parameters())
+    with torch.inference_mode():
+        for size in [(224, 224), (256, 320), (97, 131), (1024, 1024)]:
+            features = model.forward_features(torch.randn(1, 3, *size))
+            assert features.shape == (1, math.ceil(size[0] / 32), math.ceil(size[1] / 32), 512)
+            assert features.isfinite().all()
+    assert sum(p.numel() for p in model.parameters()) == num_params
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ((2, 4, 64, 64), r"Expected an image batch of shape \(B, 3, H, W\) with H, W >= 32, got \[2, 4, 64, 64\]: 4 "),
+        ((3, 64, 64), r"Expected an image batch of shape \(B, 3, H, W\) with H, W >= 32, got a 3-D tensor"),
+        ((1, 3, 31, 64), r"got \[1, 3, 31, 64\]: the input must be at least as large as the network's total stride"),
+    ],
+)
+def test_bad_input_raises_value_error(shape, message):
+    model = timm.create_model("iris_pdessm_test")
+    with pytest.raises(ValueError, match=message):
+        model(torch.randn(shape))
+    with pytest.raises(ValueError, match=message):
+        model.forward_intermediates(torch.randn(shape))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_forward_backward_is_finite(dtype):
+    """224x224 gives 56, 28, 14 and 7 token grids: the non-power-of-two sizes cuFFT refuses in half precision."""
+    model = timm.create_model("iris_pdessm_test", num_classes=10).train()
+    x = torch.randn(2, 3, 224, 224)
+    with torch.autocast("cpu", dtype=dtype):
+        logits = model(x)
+    assert logits.dtype == dtype and logits.isfinite().all()
+    torch.nn.functional.cross_entropy(logits.float(), torch.tensor([1, 2])).backward()
+    assert_all_grads(model)
+
+
+def test_package_exports_the_model_class():
+    assert isinstance(timm.create_model("iris_pdessm_test"), iris_timm.IrisPDESSM)
