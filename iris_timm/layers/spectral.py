@@ -63,12 +63,47 @@ def fourier_wavenumbers(
     return k_h[:, None], k_w[None, :], k_h_conv[:, None], k_w_conv[None, :]
 
 
-class FourierOperator2d(nn.Module):
-    """Base class: ``irfft2(multiply(rfft2(x)))`` in float32, on either layout."""
+def _dft_matrices(size: int, frequencies: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos`` and ``sin`` of the DFT angles ``2π k n / size``: two ``(frequencies, size)`` matrices.
 
-    def __init__(self, channels_last: bool = False):
+    The product ``k n`` is reduced modulo ``size`` in integers first, so the angles stay exact in float32.
+    """
+    k = torch.arange(frequencies, device=device)[:, None]
+    n = torch.arange(size, device=device)[None, :]
+    angle = (2 * math.pi / size) * torch.remainder(k * n, size).float()
+    return angle.cos(), angle.sin()
+
+
+def _along(x: torch.Tensor, matrix: torch.Tensor, dim: int) -> torch.Tensor:
+    """Apply ``matrix`` (K, N) to dimension ``dim`` (of size N) of ``x``; that dimension becomes K."""
+    return torch.matmul(matrix, x.movedim(dim, -2)).movedim(-2, dim)
+
+
+# Grids with at most this many points (H * W) use the matrix-product DFT; larger ones the FFT. On the CPU
+# (pocketfft, 1 thread, the stage grids of the models at batch 1 and 8) the FFT was as fast or faster on every
+# grid from 7x7 to 56x56 (README, "Benchmarks"), so by default every grid takes the FFT; the matrix product
+# serves export (iris_timm.export) and devices where small FFTs are launch-bound.
+DFT_MAX_POINTS = 0
+
+
+class FourierOperator2d(nn.Module):
+    """Base class: ``irfft2(multiply(rfft2(x)))`` in float32, on either layout.
+
+    Two implementations of the transforms compute the same spectrum (same layout, same values to float32
+    rounding), so ``multiply`` is shared:
+
+    * the FFT (``torch.fft``), O(N log N): for large grids;
+    * the DFT as dense matrix products along each axis, O(N (H + W)): plain ``matmul``, faster than the FFT
+      on small grids (few points, large batch of channels) and exportable to ONNX, which has no 2-D real FFT.
+
+    Grids with ``H * W <= dft_max_points`` take the matrix product. The default, :data:`DFT_MAX_POINTS`, is
+    measured on the CPU; :func:`iris_timm.export.dft_everywhere` raises it for export.
+    """
+
+    def __init__(self, channels_last: bool = False, dft_max_points: int = DFT_MAX_POINTS):
         super().__init__()
         self.channels_last = channels_last
+        self.dft_max_points = dft_max_points
         # Spatial dims of the input, and the dim that holds channels in the spectrum.
         self.fft_dims: tuple[int, int] = (1, 2) if channels_last else (2, 3)
 
@@ -76,9 +111,47 @@ class FourierOperator2d(nn.Module):
         """Apply the multiplier to the ``rfft2`` spectrum of a ``height x width`` input (same layout)."""
         raise NotImplementedError
 
+    def rdft2(self, x: torch.Tensor) -> torch.Tensor:
+        """``torch.fft.rfft2(x, dim=self.fft_dims)`` as matrix products."""
+        h_dim, w_dim = self.fft_dims
+        height, width = x.shape[h_dim], x.shape[w_dim]
+        cos_w, sin_w = _dft_matrices(width, width // 2 + 1, x.device)  # (Wr, W)
+        cos_h, sin_h = _dft_matrices(height, height, x.device)  # (H, H), symmetric
+        real, imag = _along(x, cos_w, w_dim), -_along(x, sin_w, w_dim)  # real input along W
+        # Complex DFT along H: (cos - i sin)(real + i imag).
+        real, imag = (
+            _along(real, cos_h, h_dim) + _along(imag, sin_h, h_dim),
+            _along(imag, cos_h, h_dim) - _along(real, sin_h, h_dim),
+        )
+        return torch.complex(real, imag)
+
+    def irdft2(self, x_ft: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """``torch.fft.irfft2(x_ft, s=(height, width), dim=self.fft_dims)`` as matrix products.
+
+        Like the real inverse FFT, it reads each column ``k`` of the half spectrum as standing for ``k`` and
+        ``-k`` (weight 2), except column 0 and, for even widths, the Nyquist column (weight 1, imaginary
+        part ignored, since ``sin`` vanishes there). Columns missing from a truncated spectrum count as zero.
+        """
+        h_dim, w_dim = self.fft_dims
+        columns = x_ft.shape[w_dim]  # W // 2 + 1, or fewer
+        cos_h, sin_h = _dft_matrices(height, height, x_ft.device)  # (H, H)
+        cos_w, sin_w = _dft_matrices(width, columns, x_ft.device)  # (columns, W)
+        column = torch.arange(columns, device=x_ft.device)[None, :]
+        weight = torch.where((column == 0) | (2 * column == width), 1.0, 2.0) / (height * width)  # (1, columns)
+        real, imag = x_ft.real, x_ft.imag
+        # Complex inverse DFT along H: (cos + i sin)(real + i imag), unnormalised.
+        real, imag = (
+            _along(real, cos_h, h_dim) - _along(imag, sin_h, h_dim),
+            _along(imag, cos_h, h_dim) + _along(real, sin_h, h_dim),
+        )
+        return _along(real, cos_w.t() * weight, w_dim) - _along(imag, sin_w.t() * weight, w_dim)  # real part
+
     def _apply_fp32(self, x: torch.Tensor) -> torch.Tensor:
         height, width = x.shape[self.fft_dims[0]], x.shape[self.fft_dims[1]]
-        x_ft = torch.fft.rfft2(x.float(), dim=self.fft_dims)
+        x = x.float()
+        if height * width <= self.dft_max_points:
+            return self.irdft2(self.multiply(self.rdft2(x), height, width), height, width)
+        x_ft = torch.fft.rfft2(x, dim=self.fft_dims)
         return torch.fft.irfft2(self.multiply(x_ft, height, width), s=(height, width), dim=self.fft_dims)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -151,18 +224,36 @@ class ConvectionDiffusionReaction2d(FourierOperator2d):
 
     def symbol(self, height: int, width: int, device: torch.device) -> torch.Tensor:
         """The complex multiplier on an ``rfft2`` grid: ``(C, H, W // 2 + 1)``, or ``(H, W // 2 + 1, C)``
-        when ``channels_last``."""
+        when ``channels_last``.
+
+        The symbol factorises, ``exp(t r) · exp(−t D k_h² − i t v_h k_h) · exp(−t D k_w² − i t v_w k_w)``, so
+        the exponentials are taken on the ``H + W // 2 + 1`` wavenumbers of each axis and the grid costs one
+        complex product per point. Nothing depends on the grid but two short wavenumber vectors, so there
+        is nothing worth caching across calls.
+        """
         k_h, k_w, k_h_conv, k_w_conv = fourier_wavenumbers(height, width, device)
-        k_squared = (k_h**2 + k_w**2)[..., None]  # (H, Wr, 1)
         time = self.log_time.float().exp()  # (heads,)
-        diffusion = self.log_diffusion.float().exp()
-        velocity = self.velocity.float()
-        decay = time * (self.reaction.float() - diffusion * k_squared)  # (H, Wr, heads)
-        phase = -time * (velocity[:, 0] * k_h_conv[..., None] + velocity[:, 1] * k_w_conv[..., None])
-        magnitude = decay.exp()
-        symbol = torch.complex(magnitude * phase.cos(), magnitude * phase.sin())  # (H, Wr, heads)
-        symbol = symbol.repeat_interleave(self.channels // self.num_heads, dim=-1)  # (H, Wr, C)
-        return symbol if self.channels_last else symbol.permute(2, 0, 1)
+        rate = time * self.log_diffusion.float().exp()
+        drift = time[:, None] * self.velocity.float()  # (heads, 2)
+        row_re, row_im = self._axis_factor(k_h, k_h_conv, rate, drift[:, 0], time * self.reaction.float())  # (H, C)
+        col_re, col_im = self._axis_factor(k_w.t(), k_w_conv.t(), rate, drift[:, 1], torch.zeros_like(rate))
+        if self.channels_last:  # (H, 1, C) x (1, Wr, C)
+            row_re, row_im, col_re, col_im = row_re[:, None], row_im[:, None], col_re[None], col_im[None]
+        else:  # (C, H, 1) x (C, 1, Wr)
+            row_re, row_im = row_re.t()[:, :, None], row_im.t()[:, :, None]
+            col_re, col_im = col_re.t()[:, None, :], col_im.t()[:, None, :]
+        # The outer product in real arithmetic (the ONNX exporter broadcasts no complex tensor).
+        return torch.complex(row_re * col_re - row_im * col_im, row_re * col_im + row_im * col_re)
+
+    def _axis_factor(
+        self, k: torch.Tensor, k_conv: torch.Tensor, rate: torch.Tensor, drift: torch.Tensor, log_gain: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Real and imaginary parts of ``exp(log_gain − rate k² − i drift k_conv)`` on one axis:
+        ``(K, 1)`` wavenumbers -> two ``(K, C)``."""
+        per_head = self.channels // self.num_heads
+        magnitude = (log_gain - rate * k**2).exp().repeat_interleave(per_head, dim=-1)  # (K, C)
+        phase = (-drift * k_conv).repeat_interleave(per_head, dim=-1)
+        return magnitude * phase.cos(), magnitude * phase.sin()
 
     def multiply(self, x_ft: torch.Tensor, height: int, width: int) -> torch.Tensor:
         return x_ft * self.symbol(height, width, x_ft.device)

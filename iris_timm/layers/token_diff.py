@@ -1,12 +1,27 @@
 """Token differential: a learned high-pass residual against over-smoothing."""
 
 import torch
-import torch.nn.functional as F
+from timm.layers import register_notrace_module
 from torch import nn
 
 __all__ = ["TokenDifferential"]
 
 
+def box_sum(x: torch.Tensor, dim: int, radius: int) -> torch.Tensor:
+    """Sum over the window ``[i - radius, i + radius]`` along ``dim``, zero beyond the edges; same shape.
+
+    Shifted in-place adds on any layout: cheaper than pooling, which would need ``(B, C, H, W)``.
+    """
+    size = x.shape[dim]
+    out = x.clone()
+    for shift in range(1, radius + 1):
+        length = max(size - shift, 0)
+        out.narrow(dim, shift, length).add_(x.narrow(dim, 0, length))  # the neighbour before
+        out.narrow(dim, 0, length).add_(x.narrow(dim, shift, length))  # the neighbour after
+    return out
+
+
+@register_notrace_module  # the window arithmetic reads the grid size: a leaf for torch.fx
 class LocalMean(nn.Module):
     """Mean over a ``kernel_size x kernel_size`` neighbourhood (borders average what they have)."""
 
@@ -14,15 +29,16 @@ class LocalMean(nn.Module):
         super().__init__()
         if kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be a positive odd number, got {kernel_size}.")
-        self.kernel_size = kernel_size
-        # avg_pool2d wants (B, C, H, W); a channels-last input is permuted there and back.
-        self.to_nchw: list[int] = [0, 3, 1, 2] if channels_last else [0, 1, 2, 3]
-        self.from_nchw: list[int] = [0, 2, 3, 1] if channels_last else [0, 1, 2, 3]
+        self.radius = kernel_size // 2
+        self.h_dim, self.w_dim = (1, 2) if channels_last else (2, 3)
+        self.channels_last = channels_last
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.permute(self.to_nchw)
-        x = F.avg_pool2d(x, self.kernel_size, 1, self.kernel_size // 2, count_include_pad=False)
-        return x.permute(self.from_nchw)
+        total = box_sum(box_sum(x, self.h_dim, self.radius), self.w_dim, self.radius)
+        rows = box_sum(x.new_ones(x.shape[self.h_dim]), 0, self.radius)  # neighbours inside the grid
+        cols = box_sum(x.new_ones(x.shape[self.w_dim]), 0, self.radius)
+        count = torch.outer(rows, cols)  # (H, W)
+        return total / (count[:, :, None] if self.channels_last else count)
 
 
 class GlobalMean(nn.Module):

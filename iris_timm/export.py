@@ -1,0 +1,49 @@
+"""Export iris models to ONNX and ``torch.export``.
+
+The exporters do not lower 2-D real FFTs, so export switches every Fourier operator to its matrix-product
+DFT (:meth:`iris_timm.layers.FourierOperator2d.rdft2`), which computes the same spectrum with ``matmul``.
+The exported graph is fixed to the input size it was traced at: the DFT matrices are sized for that grid.
+
+    from iris_timm.export import to_onnx
+    to_onnx(timm.create_model("iris_pdessm_s").eval(), "iris_pdessm_s.onnx", (3, 224, 224))
+"""
+
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from .layers import FourierOperator2d
+
+__all__ = ["dft_everywhere", "to_onnx"]
+
+
+@contextmanager
+def dft_everywhere(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Within the block, every Fourier operator of ``model`` uses the matrix-product DFT on every grid."""
+    operators = [m for m in model.modules() if isinstance(m, FourierOperator2d)]
+    saved = [op.dft_max_points for op in operators]
+    for op in operators:
+        op.dft_max_points = sys.maxsize
+    try:
+        yield model
+    finally:
+        for op, limit in zip(operators, saved, strict=True):
+            op.dft_max_points = limit
+
+
+def to_onnx(
+    model: torch.nn.Module, path: str | Path, input_size: Sequence[int], batch_size: int = 1
+) -> torch.onnx.ONNXProgram:
+    """Export ``model`` (in eval mode) for inputs of ``(batch_size, *input_size)`` to the ONNX file ``path``."""
+    example = torch.zeros(batch_size, *input_size)
+    with dft_everywhere(model.eval()), torch.no_grad():
+        program = torch.onnx.export(model, (example,), dynamo=True)
+    # Written beside the target and renamed when complete: a crash never leaves a truncated model at `path`.
+    partial = Path(f"{path}.partial")
+    program.save(str(partial))
+    os.replace(partial, path)
+    return program

@@ -1,0 +1,352 @@
+"""Save, publish and load iris models as Hugging Face Hub folders that timm and transformers read.
+
+A saved model is a folder of three files:
+
+- ``model.safetensors``: the weights, never a pickle;
+- ``config.json``: timm's hub config (``architecture``, ``num_classes``, ``num_features``, ``global_pool``,
+  ``model_args``, ``label_names``, ``pretrained_cfg``), which ``timm.create_model("local-dir:PATH")``,
+  ``timm.create_model("hf-hub:ORG/NAME")`` and transformers' ``TimmWrapperForImageClassification`` read;
+- ``README.md``: the model card (``iris_timm.model_card``).
+
+Writing is timm's ``save_for_hf`` (staged, then moved into place); publishing is ``HfApi.create_repo`` and
+``HfApi.upload_folder``; loading is timm's ``create_model``, once the files have been checked so that bad input
+raises a clear error before any weights are read.
+"""
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import timm
+import torch
+from huggingface_hub import CommitInfo, HfApi
+from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError
+from huggingface_hub.utils import validate_repo_id
+from safetensors import SafetensorError, safe_open
+from timm.models._hub import HF_SAFE_WEIGHTS_NAME, download_from_hf, hf_split, save_for_hf
+from torch import nn
+
+from .models import IrisPDESSM
+
+if TYPE_CHECKING:
+    from .model_card import TrainingResults
+
+__all__ = ["CARD_NAME", "CONFIG_NAME", "WEIGHTS_NAME", "from_pretrained", "push_to_hub", "save_pretrained"]
+
+WEIGHTS_NAME = HF_SAFE_WEIGHTS_NAME  # "model.safetensors"
+CONFIG_NAME = "config.json"
+CARD_NAME = "README.md"
+# The keys of timm's hub config that loading needs.
+REQUIRED_CONFIG_KEYS = ("architecture", "num_classes", "pretrained_cfg")
+# torch.save / pickle checkpoints, which are never loaded.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".tar")
+
+_CONVERT_PICKLE = (
+    "iris_timm reads weights only from safetensors and never unpickles (loading a pickle can run arbitrary code). "
+    "Convert them once, if you trust the file: load them into the model with "
+    "model.load_state_dict(torch.load(path, weights_only=True)), then write the folder with "
+    "iris_timm.save_pretrained(model, folder)."
+)
+
+
+def _check_saveable(model: nn.Module, label_names: Sequence[str] | None) -> None:
+    if not isinstance(model, IrisPDESSM):
+        raise TypeError(
+            f"Expected an iris model (IrisPDESSM), got {type(model).__name__}. Unwrap compiled or distributed models "
+            "first (model._orig_mod, accelerator.unwrap_model(model)); other timm models have timm's own "
+            "timm.models.push_to_hf_hub."
+        )
+    if not hasattr(model, "pretrained_cfg"):
+        raise ValueError(
+            "The model has no pretrained_cfg, so its architecture and arguments cannot be saved: create it with "
+            "timm.create_model (e.g. timm.create_model('iris_pdessm_s', num_classes=10)) or iris_timm.from_pretrained."
+        )
+    if label_names is not None and len(label_names) != model.num_classes:
+        raise ValueError(
+            f"label_names has {len(label_names)} names for a model with {model.num_classes} classes: give one name "
+            "per class, in classifier order."
+        )
+
+
+def _drop_num_classes_arg(config_path: Path) -> None:
+    """Remove ``num_classes`` from ``model_args``: the top-level ``num_classes`` already restores it for timm, and
+    transformers' TimmWrapper passes ``num_classes`` next to ``**model_args``, which fails when both hold it."""
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config.get("model_args", {}).pop("num_classes", None)
+    config_path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+
+def _commit(staging: Path, directory: Path) -> None:
+    """Move the files staged in ``staging`` into ``directory``, ``config.json`` last (see ``save_pretrained``)."""
+    for path in staging.iterdir():
+        with path.open("r+b") as f:
+            os.fsync(f.fileno())  # the data is on disk before any rename makes it visible
+    (directory / CONFIG_NAME).unlink(missing_ok=True)
+    for name in (WEIGHTS_NAME, CARD_NAME, CONFIG_NAME):
+        os.replace(staging / name, directory / name)
+
+
+def save_pretrained(
+    model: IrisPDESSM,
+    save_directory: str | os.PathLike,
+    *,
+    repo_id: str | None = None,
+    label_names: Sequence[str] | None = None,
+    training_results: "TrainingResults | None" = None,
+) -> Path:
+    """Write ``model`` as a Hub folder: ``model.safetensors``, ``config.json`` and ``README.md`` (the model card).
+
+    The folder is created if missing; its other files are left alone and a previous save is replaced. The write is
+    atomic with ``config.json`` as the commit point: the files are written and flushed in a temporary folder inside
+    ``save_directory``, then ``config.json`` is removed, and the new files are renamed into place, ``config.json``
+    last. A crash leaves the previous save, or a folder without ``config.json`` that loaders reject, never a mix of
+    old and new files read as one model.
+
+    Args:
+        model: an iris model created by ``timm.create_model`` or ``iris_timm.from_pretrained``, which record the
+            architecture and construction arguments (``model_args``) that ``config.json`` needs.
+        save_directory: the folder to write.
+        repo_id: the Hub repo these files are for; the card then loads ``"hf-hub:<repo_id>"`` rather than
+            ``"local-dir:<save_directory>"``.
+        label_names: one name per class, in classifier order. Loading puts them in ``pretrained_cfg["label_names"]``
+            (timm) and ``config.id2label`` (transformers).
+        training_results: what training measured, for the model card; see ``iris_timm.model_card.TrainingResults``.
+
+    Returns:
+        The folder.
+    """
+    _check_saveable(model, label_names)
+    # Imported here, not at the top: `python -m iris_timm.model_card` must find the module not imported yet.
+    from .model_card import model_card
+
+    directory = Path(save_directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".save_pretrained-") as tmp:
+        staging = Path(tmp)
+        model_config = {"label_names": list(label_names)} if label_names is not None else None
+        save_for_hf(model, staging, model_config=model_config, safe_serialization=True)
+        _drop_num_classes_arg(staging / CONFIG_NAME)
+        model_name = f"hf-hub:{repo_id}" if repo_id else f"local-dir:{directory}"
+        model_card(model, model_name, training_results).save(staging / CARD_NAME)
+        _commit(staging, directory)
+    return directory
+
+
+def push_to_hub(
+    model: IrisPDESSM,
+    repo_id: str,
+    *,
+    commit_message: str = "Add model",
+    private: bool | None = None,
+    revision: str | None = None,
+    create_pr: bool = False,
+    token: str | None = None,
+    label_names: Sequence[str] | None = None,
+    training_results: "TrainingResults | None" = None,
+) -> CommitInfo:
+    """Publish ``model`` to the Hub repo ``repo_id`` as the folder ``save_pretrained`` writes, in one commit.
+
+    The repo is created if missing (``private``: ``None`` follows the owner's default visibility), and the branch
+    ``revision`` too. ``token`` defaults to huggingface_hub's usual places (``HF_TOKEN``, ``hf auth login``). Then
+    ``timm.create_model("hf-hub:<repo_id>", pretrained=True)`` (after ``import iris_timm``) and transformers'
+    ``AutoModelForImageClassification.from_pretrained(repo_id)`` load it.
+
+    Returns:
+        The commit, from ``HfApi.upload_folder``.
+    """
+    _check_saveable(model, label_names)  # before the repo is created
+    api = HfApi(token=token, library_name="timm", library_version=timm.__version__)
+    repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id  # with the owner, if it was implicit
+    if revision is not None:
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = save_pretrained(
+            model, tmp, repo_id=repo_id, label_names=label_names, training_results=training_results
+        )
+        return api.upload_folder(
+            repo_id=repo_id,
+            folder_path=folder,
+            commit_message=commit_message,
+            revision=revision,
+            create_pr=create_pr,
+        )
+
+
+def _parse_source(name_or_path: str | os.PathLike) -> tuple[str, str]:
+    """``("local-dir", path)`` or ``("hf-hub", "ORG/NAME[@REVISION]")``; an existing path wins over a repo id."""
+    if isinstance(name_or_path, os.PathLike) or os.path.exists(name_or_path):
+        return "local-dir", os.fspath(name_or_path)
+    source, _, location = name_or_path.partition(":")
+    if source in ("hf-hub", "local-dir") and location:
+        return source, location
+    try:
+        validate_repo_id(hf_split(name_or_path)[0])
+    except HFValidationError as e:
+        raise FileNotFoundError(f"No folder at {name_or_path}, and it is not a Hub repo id either: {e}") from e
+    return "hf-hub", name_or_path
+
+
+def _local_files(folder: Path) -> tuple[Path, Path]:
+    """``config.json`` and ``model.safetensors`` of a folder, refusing pickled weights."""
+    if not folder.exists():
+        raise FileNotFoundError(
+            f"No folder at {folder}. Give the folder iris_timm.save_pretrained wrote, or a Hub repo id."
+        )
+    if not folder.is_dir():
+        pickled = f" It is a pickle: {_CONVERT_PICKLE}" if folder.suffix in PICKLE_SUFFIXES else ""
+        raise NotADirectoryError(
+            f"{folder} is a file; from_pretrained reads a folder holding {CONFIG_NAME} and {WEIGHTS_NAME}, as "
+            f"iris_timm.save_pretrained writes.{pickled}"
+        )
+    weights, config = folder / WEIGHTS_NAME, folder / CONFIG_NAME
+    if not weights.is_file():
+        pickles = sorted(path.name for path in folder.iterdir() if path.suffix in PICKLE_SUFFIXES)
+        if pickles:
+            raise FileNotFoundError(
+                f"{folder} holds no {WEIGHTS_NAME}, only pickled weights {pickles}. {_CONVERT_PICKLE}"
+            )
+        raise FileNotFoundError(f"{weights} not found. Save the model there with iris_timm.save_pretrained.")
+    if not config.is_file():
+        raise FileNotFoundError(
+            f"{config} not found: the folder is not a complete save (an interrupted save removes it). Save the model "
+            "there again with iris_timm.save_pretrained."
+        )
+    return config, weights
+
+
+def _download(model_id: str, filename: str, cache_dir: str | os.PathLike | None) -> Path:
+    """One file of a Hub repo, from the cache when it holds it (always, offline)."""
+    try:
+        return Path(download_from_hf(model_id, filename, cache_dir=cache_dir))
+    except LocalEntryNotFoundError as e:
+        raise FileNotFoundError(
+            f"{filename} of hf-hub:{model_id} is not in the Hugging Face cache and the Hub cannot be reached. "
+            f"Download it once online, or give a local folder. ({e})"
+        ) from e
+    except EntryNotFoundError as e:  # the repo exists, the file does not
+        advice = _CONVERT_PICKLE if filename == WEIGHTS_NAME else "Publish the model with iris_timm.push_to_hub."
+        raise FileNotFoundError(f"hf-hub:{model_id} has no {filename}. {advice}") from e
+
+
+def _hub_files(model_id: str, cache_dir: str | os.PathLike | None) -> tuple[Path, Path]:
+    """``config.json`` and ``model.safetensors`` of a Hub repo, both from the commit ``config.json`` resolved to."""
+    config = _download(model_id, CONFIG_NAME, cache_dir)
+    commit = config.parent.name  # hf_hub_download returns <cache>/models--ORG--NAME/snapshots/<commit>/config.json
+    weights = _download(f"{hf_split(model_id)[0]}@{commit}", WEIGHTS_NAME, cache_dir)
+    return config, weights
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """``config.json``, checked to be timm's hub config naming an architecture timm knows."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path} is not valid JSON ({e}). Save the model again with iris_timm.save_pretrained.") from e
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} holds a JSON {type(config).__name__}, not timm's config object.")
+    missing = [key for key in REQUIRED_CONFIG_KEYS if key not in config]
+    if missing:
+        raise ValueError(
+            f"{path} lacks the key(s) {missing} of timm's hub config. Save the model again with "
+            "iris_timm.save_pretrained."
+        )
+    for key in ("pretrained_cfg", "model_args"):
+        if not isinstance(config.get(key, {}), dict):
+            raise ValueError(f"{path}: {key!r} must be a JSON object, got {json.dumps(config[key])}.")
+    if not timm.is_model(config["architecture"]):
+        raise ValueError(
+            f"{path} names the architecture {config['architecture']!r}, which timm does not know. The iris "
+            f"architectures are {timm.list_models('iris_*')}; a model from another package needs that package "
+            "imported first."
+        )
+    return config
+
+
+def _read_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes from the safetensors header; ``safe_open`` also checks that the file covers every tensor."""
+    try:
+        with safe_open(path, framework="pt") as f:
+            return {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+    except SafetensorError as e:
+        raise ValueError(
+            f"{path} is not a readable safetensors file ({e}): it is truncated or corrupt. Download it or save the "
+            "model again."
+        ) from e
+
+
+def _model_shapes(model_name: str, config_path: Path, config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes of the model ``config.json`` describes, built by timm on the meta device (no memory, no init)."""
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(model_name)
+    except (TypeError, ValueError) as e:
+        raise ValueError(
+            f"{config_path}: timm cannot build {config['architecture']!r} with model_args "
+            f"{config.get('model_args', {})}: {e}. Correct model_args, or save the model again."
+        ) from e
+    return {key: tuple(tensor.shape) for key, tensor in model.state_dict().items()}
+
+
+def _check_weights(weights_path: Path, config_path: Path, model_name: str) -> None:
+    """Raise unless ``weights_path`` holds exactly the tensors, with their shapes, of the model ``config_path``
+    describes."""
+    config = _read_config(config_path)
+    found = _read_shapes(weights_path)
+    expected = _model_shapes(model_name, config_path, config)
+    problems = [f"{key} is missing" for key in sorted(expected.keys() - found.keys())]
+    problems += [f"{key} is not in the model" for key in sorted(found.keys() - expected.keys())]
+    problems += [
+        f"{key} has shape {list(found[key])}, the model {list(expected[key])}"
+        for key in sorted(expected.keys() & found.keys())
+        if found[key] != expected[key]
+    ]
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise ValueError(
+            f"{weights_path} does not fit {config['architecture']!r} with the model_args of {config_path}: "
+            f"{'; '.join(problems[:3])}{more}. Save the model again with iris_timm.save_pretrained, or correct "
+            "model_args in config.json."
+        )
+
+
+def from_pretrained(
+    name_or_path: str | os.PathLike,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    **kwargs: Any,
+) -> nn.Module:
+    """Create a model from a folder ``save_pretrained`` wrote or from a Hub repo, with its weights.
+
+    The same as ``timm.create_model("local-dir:PATH" | "hf-hub:ORG/NAME", pretrained=True, **kwargs)``, after checks
+    that turn bad input into an error naming the file or key at fault, raised before any weights are read:
+    ``config.json`` must be timm's hub config with an architecture timm knows, ``model.safetensors`` a complete
+    safetensors file (pickled weights are refused, never loaded), and its tensors those of the model ``config.json``
+    describes. Offline (``HF_HUB_OFFLINE=1``) a Hub repo loads from the local cache.
+
+    Args:
+        name_or_path: ``"local-dir:PATH"``, ``"hf-hub:ORG/NAME[@REVISION]"``, a folder, or a Hub repo id
+            ``"ORG/NAME[@REVISION]"`` (an existing folder of that name wins).
+        cache_dir: the Hugging Face cache to use instead of the default one.
+        **kwargs: passed to ``timm.create_model`` over the saved ``model_args``: ``num_classes`` (a new head, the
+            backbone kept), ``in_chans`` (the first convolution adapted by timm's ``adapt_input_conv``),
+            ``features_only``, ``drop_path_rate``, ...
+
+    Raises:
+        FileNotFoundError: a missing folder or file, or a folder holding only pickled weights.
+        NotADirectoryError: a file where a folder is expected.
+        ValueError: an invalid ``config.json``, a truncated or corrupt ``model.safetensors``, or weights whose names or
+            shapes do not fit the model.
+    """
+    source, location = _parse_source(name_or_path)
+    if source == "local-dir":
+        config_path, weights_path = _local_files(Path(location))
+        model_name = f"local-dir:{location}"
+    else:
+        config_path, weights_path = _hub_files(location, cache_dir)
+        # Pinned to the commit the checked files came from.
+        model_name = f"hf-hub:{hf_split(location)[0]}@{config_path.parent.name}"
+    _check_weights(weights_path, config_path, model_name)
+    return timm.create_model(model_name, pretrained=True, cache_dir=cache_dir, **kwargs)

@@ -1,0 +1,108 @@
+"""The matrix-product DFT path against the FFT path and numpy, and export to ONNX and torch.export."""
+
+import numpy as np
+import pytest
+import timm
+import torch
+
+import iris_timm  # noqa: F401  (registers the iris_* models)
+from iris_timm.export import dft_everywhere, to_onnx
+from iris_timm.layers import ConvectionDiffusionReaction2d, SpectralConv2d
+
+# Even, odd, non-square and degenerate grids.
+GRIDS = [(8, 8), (7, 9), (6, 11), (1, 1), (1, 6), (5, 1), (14, 14)]
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_dft_transforms_match_numpy(grid, channels_last):
+    op = ConvectionDiffusionReaction2d(4, channels_last=channels_last)
+    x = torch.randn(2, *grid, 4) if channels_last else torch.randn(2, 4, *grid)
+    expected = np.fft.rfft2(x.double().numpy(), axes=op.fft_dims)
+    x_ft = op.rdft2(x)
+    np.testing.assert_allclose(x_ft.numpy(), expected, rtol=1e-4, atol=1e-4)
+    # A spectrum that is not Hermitian in its real columns: the inverse must read it as irfft2 does.
+    spectrum = torch.randn(x_ft.shape, dtype=torch.complex64)
+    expected = np.fft.irfft2(spectrum.numpy().astype(np.complex128), s=grid, axes=op.fft_dims)
+    np.testing.assert_allclose(op.irdft2(spectrum, *grid).numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def _random_operator(kind: str, channels_last: bool) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if kind == "pde":
+        op = ConvectionDiffusionReaction2d(8, num_heads=2, channels_last=channels_last)
+        with torch.no_grad():
+            op.velocity.normal_(std=0.2)
+            op.reaction.normal_(std=0.3)
+            op.log_time.normal_(std=0.3)
+        return op
+    op = SpectralConv2d(8, 3, 3, depthwise=kind == "depthwise", channels_last=channels_last)
+    with torch.no_grad():
+        op.weight_pos.normal_(std=0.5)
+        op.weight_neg.normal_(std=0.5)
+    return op
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("kind", ["pde", "depthwise", "dense"])
+def test_dft_path_matches_fft_path_values_and_gradients(grid, channels_last, kind):
+    op = _random_operator(kind, channels_last)
+    x = torch.randn(2, *grid, 8) if channels_last else torch.randn(2, 8, *grid)
+    probe = torch.randn_like(x)  # a loss that, unlike the norm of y, changes when y is translated
+    outputs, grads = [], []
+    for dft_max_points in (0, grid[0] * grid[1]):  # FFT, then the matrix product
+        op.dft_max_points = dft_max_points
+        op.zero_grad()
+        x_leaf = x.clone().requires_grad_()
+        y = op(x_leaf)
+        (y * probe).sum().backward()
+        outputs.append(y.detach())
+        grads.append([x_leaf.grad, *(p.grad for p in op.parameters())])
+    torch.testing.assert_close(outputs[1], outputs[0], rtol=1e-4, atol=1e-5)
+    for dft_grad, fft_grad in zip(grads[1], grads[0], strict=True):
+        torch.testing.assert_close(dft_grad, fft_grad, rtol=1e-4, atol=1e-4)
+
+
+def test_dft_everywhere_switches_and_restores():
+    model = timm.create_model("iris_pdessm_test")
+    operators = [m for m in model.modules() if isinstance(m, ConvectionDiffusionReaction2d)]
+    before = [op.dft_max_points for op in operators]
+    with dft_everywhere(model):
+        assert all(op.dft_max_points >= 10**9 for op in operators)
+    assert [op.dft_max_points for op in operators] == before
+
+
+@pytest.fixture(scope="module")
+def tiny_model_and_input():
+    torch.manual_seed(0)
+    model = timm.create_model("iris_pdessm_test", num_classes=10).eval()
+    with torch.no_grad():  # non-trivial PDE coefficients and layer scales, so every operator shows in the output
+        for m in model.modules():
+            if isinstance(m, ConvectionDiffusionReaction2d):
+                m.velocity.normal_(std=0.2)
+                m.reaction.normal_(std=0.3)
+            if hasattr(m, "gamma"):
+                m.gamma.fill_(0.5)
+    return model, torch.randn(2, 3, 64, 80)
+
+
+def test_onnx_runtime_matches_pytorch(tiny_model_and_input, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    model, x = tiny_model_and_input
+    to_onnx(model, tmp_path / "model.onnx", x.shape[1:], batch_size=x.shape[0])
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"))
+    (onnx_out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        expected = model(x).numpy()
+    np.testing.assert_allclose(onnx_out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_torch_export_matches_eager(tiny_model_and_input):
+    model, x = tiny_model_and_input
+    with dft_everywhere(model), torch.no_grad():
+        program = torch.export.export(model, (x,))
+        exported = program.module()(x)
+    with torch.no_grad():
+        torch.testing.assert_close(exported, model(x), rtol=1e-4, atol=1e-5)

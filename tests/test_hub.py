@@ -1,0 +1,529 @@
+"""Hub support: save_pretrained, push_to_hub, from_pretrained, timm's local-dir:/hf-hub: names, transformers and the
+model cards, through the real timm, huggingface_hub and transformers code paths and without network.
+
+The Hub side is a Hugging Face cache laid out as a download leaves it, read with HF_HUB_OFFLINE=1; pushing is checked
+up to the network boundary (HfApi's methods replaced by recorders).
+"""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import timm
+import torch
+from huggingface_hub import HfApi, RepoUrl, constants
+from huggingface_hub.errors import EntryNotFoundError
+from PIL import Image
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, create_transform, resolve_input_data_config
+from timm.models import adapt_input_conv
+from transformers import AutoImageProcessor, AutoModelForImageClassification
+
+import iris_timm
+from iris_timm.flops import count_params
+from iris_timm.layers import SpectralConv2d
+from iris_timm.model_card import PUBLISHED_VARIANTS, main, model_card
+
+REPO_ID = "iris-test/tiny"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+NUM_CLASSES = 7
+LABELS = [f"class_{i}" for i in range(NUM_CLASSES)]
+SAVED_FILES = ["README.md", "config.json", "model.safetensors"]
+CONVERT_PICKLE = (
+    "iris_timm reads weights only from safetensors and never unpickles (loading a pickle can run arbitrary code). "
+    "Convert them once, if you trust the file: load them into the model with "
+    "model.load_state_dict(torch.load(path, weights_only=True)), then write the folder with "
+    "iris_timm.save_pretrained(model, folder)."
+)
+
+
+def create(seed: int = 0, **kwargs) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return timm.create_model("iris_pdessm_test", num_classes=NUM_CLASSES, **kwargs).eval()
+
+
+@pytest.fixture
+def model() -> torch.nn.Module:
+    return create()
+
+
+@pytest.fixture
+def x() -> torch.Tensor:
+    return torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture
+def saved(tmp_path: Path, model: torch.nn.Module) -> Path:
+    return iris_timm.save_pretrained(model, tmp_path / "saved", label_names=LABELS)
+
+
+@pytest.fixture
+def offline_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Hugging Face cache, with the Hub unreachable (HF_HUB_OFFLINE=1)."""
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # huggingface_hub reads these variables once, at import, into its constants module, which every download consults.
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
+def add_to_cache(cache: Path, repo_id: str, folder: Path) -> None:
+    """Lay out ``folder`` as a download of ``repo_id`` at ``COMMIT`` leaves it: blobs named by content hash, the
+    snapshot's links to them, and ``refs/main``."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / COMMIT
+    for path in (repo / "blobs", snapshot, repo / "refs"):
+        path.mkdir(parents=True)
+    for file in folder.iterdir():
+        blob = repo / "blobs" / hashlib.sha256(file.read_bytes()).hexdigest()
+        blob.write_bytes(file.read_bytes())
+        (snapshot / file.name).symlink_to(os.path.relpath(blob, snapshot))
+    (repo / "refs" / "main").write_text(COMMIT)
+
+
+def assert_same_logits(a: torch.nn.Module, b: torch.nn.Module, x: torch.Tensor) -> None:
+    with torch.no_grad():
+        assert torch.equal(a.eval()(x), b.eval()(x))
+
+
+# ----------------------------------------------------------------------------- save
+
+
+def test_save_writes_safetensors_timm_config_and_card(saved, model):
+    assert sorted(os.listdir(saved)) == SAVED_FILES
+    config = json.loads((saved / "config.json").read_text())
+    assert {k: v for k, v in config.items() if k != "pretrained_cfg"} == {
+        "architecture": "iris_pdessm_test",
+        "num_classes": NUM_CLASSES,
+        "num_features": 64,
+        "global_pool": "avg",
+        "label_names": LABELS,
+        "model_args": {"in_chans": 3, "global_pool": "avg"},
+    }
+    assert config["pretrained_cfg"]["input_size"] == [3, 64, 64]
+    assert config["pretrained_cfg"]["classifier"] == "head.fc"
+    weights = safetensors.torch.load_file(saved / "model.safetensors")
+    assert weights.keys() == model.state_dict().keys()
+    assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
+    card = (saved / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: timm\nlicense: apache-2.0\n")
+    assert f'timm.create_model("local-dir:{saved}", pretrained=True)' in card
+
+
+def test_save_keeps_the_model_in_training_mode(tmp_path, model):
+    model.train()
+    iris_timm.save_pretrained(model, tmp_path / "saved")
+    assert model.training
+
+
+def test_save_replaces_a_previous_save_and_keeps_other_files(tmp_path, x):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text("{}\n")
+    iris_timm.save_pretrained(create(seed=0), folder)
+    second = create(seed=1)
+    iris_timm.save_pretrained(second, folder)
+    assert sorted(os.listdir(folder)) == sorted([*SAVED_FILES, "metrics.jsonl"])
+    assert (folder / "metrics.jsonl").read_text() == "{}\n"
+    assert_same_logits(iris_timm.from_pretrained(folder), second, x)
+
+
+def test_a_failed_save_leaves_the_previous_save(tmp_path, model, x, monkeypatch):
+    folder = iris_timm.save_pretrained(model, tmp_path / "saved")
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+
+    def disk_full(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", disk_full)
+    with pytest.raises(OSError, match="No space left on device"):
+        iris_timm.save_pretrained(create(seed=1), folder)
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+    assert_same_logits(iris_timm.from_pretrained(folder), model, x)
+
+
+def test_an_interrupted_save_is_not_read_as_a_model(saved, monkeypatch):
+    replace = os.replace
+
+    def crash_before_config(src, dst):
+        if Path(dst).name == "config.json":
+            raise KeyboardInterrupt
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", crash_before_config)
+    with pytest.raises(KeyboardInterrupt):
+        iris_timm.save_pretrained(create(seed=1), saved)
+    with pytest.raises(FileNotFoundError) as error:
+        iris_timm.from_pretrained(saved)
+    assert str(error.value) == (
+        f"{saved / 'config.json'} not found: the folder is not a complete save (an interrupted save removes it). "
+        "Save the model there again with iris_timm.save_pretrained."
+    )
+
+
+def test_save_rejects_wrong_label_names_and_other_models(tmp_path, model):
+    with pytest.raises(ValueError) as error:
+        iris_timm.save_pretrained(model, tmp_path / "saved", label_names=["cat", "dog"])
+    assert str(error.value) == (
+        "label_names has 2 names for a model with 7 classes: give one name per class, in classifier order."
+    )
+    with pytest.raises(TypeError) as error:
+        iris_timm.save_pretrained(timm.create_model("test_resnet"), tmp_path / "saved")
+    assert str(error.value) == (
+        "Expected an iris model (IrisPDESSM), got ResNet. Unwrap compiled or distributed models first "
+        "(model._orig_mod, accelerator.unwrap_model(model)); other timm models have timm's own "
+        "timm.models.push_to_hf_hub."
+    )
+    with pytest.raises(ValueError) as error:
+        iris_timm.save_pretrained(iris_timm.IrisPDESSM(depths=(1, 1, 1, 1), dims=(16, 32, 48, 64)), tmp_path / "saved")
+    assert str(error.value) == (
+        "The model has no pretrained_cfg, so its architecture and arguments cannot be saved: create it with "
+        "timm.create_model (e.g. timm.create_model('iris_pdessm_s', num_classes=10)) or iris_timm.from_pretrained."
+    )
+    assert not (tmp_path / "saved").exists()
+
+
+# ----------------------------------------------------------------------------- load
+
+
+def test_local_dir_round_trip(saved, model, x):
+    loaded = timm.create_model(f"local-dir:{saved}", pretrained=True)
+    assert_same_logits(loaded, model, x)
+    assert loaded.pretrained_cfg["label_names"] == LABELS
+    assert_same_logits(iris_timm.from_pretrained(saved), model, x)
+    assert_same_logits(iris_timm.from_pretrained(f"local-dir:{saved}"), model, x)
+
+
+def test_offline_hub_cache(saved, model, x, offline_cache):
+    add_to_cache(offline_cache, REPO_ID, saved)
+    assert_same_logits(timm.create_model(f"hf-hub:{REPO_ID}", pretrained=True), model, x)
+    loaded = iris_timm.from_pretrained(REPO_ID)
+    assert_same_logits(loaded, model, x)
+    assert loaded.pretrained_cfg["hf_hub_id"] == f"{REPO_ID}@{COMMIT}"  # pinned to the commit it was checked at
+    assert_same_logits(iris_timm.from_pretrained(f"hf-hub:{REPO_ID}@{COMMIT}"), model, x)
+
+
+def test_num_classes_replaces_the_head_and_keeps_the_backbone(saved, model):
+    loaded = iris_timm.from_pretrained(saved, num_classes=5)
+    assert loaded.get_classifier().weight.shape == (5, 64)
+    assert loaded(torch.randn(1, 3, 64, 64)).shape == (1, 5)
+    original, new = model.state_dict(), loaded.state_dict()
+    backbone = [key for key in original if not key.startswith("head.fc.")]
+    assert new.keys() == original.keys()
+    assert all(torch.equal(new[key], original[key]) for key in backbone)
+
+
+def test_in_chans_adapts_the_first_convolution(saved, model):
+    loaded = iris_timm.from_pretrained(saved, in_chans=1)
+    original, new = model.state_dict(), loaded.state_dict()
+    assert torch.equal(new["stem.conv1.weight"], adapt_input_conv(1, original["stem.conv1.weight"]))
+    assert all(torch.equal(new[key], original[key]) for key in original if key != "stem.conv1.weight")
+    assert loaded(torch.randn(2, 1, 64, 64)).shape == (2, NUM_CLASSES)
+
+
+def test_model_args_round_trip(tmp_path, x):
+    model = create(operator="spectral", stem_stride=1)
+    folder = iris_timm.save_pretrained(model, tmp_path / "saved")
+    args = json.loads((folder / "config.json").read_text())["model_args"]
+    assert args == {"operator": "spectral", "stem_stride": 1, "in_chans": 3, "global_pool": "avg"}
+    for loaded in (timm.create_model(f"local-dir:{folder}", pretrained=True), iris_timm.from_pretrained(folder)):
+        assert loaded.min_input_size == 8
+        assert any(isinstance(m, SpectralConv2d) for m in loaded.modules())
+        assert_same_logits(loaded, model, x)
+
+
+# ----------------------------------------------------------------------------- transformers
+
+
+def test_transformers_loads_a_saved_folder(saved, model, x):
+    hf_model = AutoModelForImageClassification.from_pretrained(saved)
+    assert type(hf_model).__name__ == "TimmWrapperForImageClassification"
+    assert hf_model.config.id2label == dict(enumerate(LABELS))
+    with torch.no_grad():
+        assert torch.equal(hf_model.eval()(x).logits, model(x))
+
+    processor = AutoImageProcessor.from_pretrained(saved)
+    assert processor.data_config == {
+        "input_size": (3, 64, 64),
+        "interpolation": "bicubic",
+        "mean": IMAGENET_DEFAULT_MEAN,
+        "std": IMAGENET_DEFAULT_STD,
+        "crop_pct": 0.9,
+        "crop_mode": "center",
+    }
+    image = Image.fromarray(torch.randint(0, 256, (100, 120, 3), dtype=torch.uint8).numpy())
+    pixels = processor(image)["pixel_values"]
+    assert pixels.shape == (1, 3, 64, 64)
+    assert torch.equal(pixels[0], create_transform(**resolve_input_data_config(model))(image))
+
+
+def test_transformers_loads_from_the_offline_hub_cache(saved, model, x, offline_cache):
+    add_to_cache(offline_cache, REPO_ID, saved)
+    hf_model = AutoModelForImageClassification.from_pretrained(REPO_ID)
+    with torch.no_grad():
+        assert torch.equal(hf_model.eval()(x).logits, model(x))
+
+
+# ----------------------------------------------------------------------------- push
+
+
+@pytest.mark.parametrize("revision", [None, "v1"])
+def test_push_sends_the_saved_folder(tmp_path, model, monkeypatch, revision):
+    calls = {}
+
+    def create_repo(self, repo_id, **kwargs):
+        calls["create_repo"] = (self.token, repo_id, kwargs)
+        return RepoUrl(f"https://huggingface.co/{repo_id}")
+
+    def create_branch(self, repo_id, **kwargs):
+        calls["create_branch"] = (repo_id, kwargs)
+
+    def upload_folder(self, *, folder_path, **kwargs):
+        calls["files"] = {path.name: path.read_bytes() for path in Path(folder_path).iterdir()}
+        calls["upload_folder"] = kwargs
+        return "commit info"
+
+    for name, method in [
+        ("create_repo", create_repo),
+        ("create_branch", create_branch),
+        ("upload_folder", upload_folder),
+    ]:
+        monkeypatch.setattr(HfApi, name, method)
+    commit = iris_timm.push_to_hub(
+        model, REPO_ID, commit_message="Add tiny", private=True, revision=revision, token="hf_token", label_names=LABELS
+    )
+
+    assert commit == "commit info"
+    assert calls.pop("create_repo") == ("hf_token", REPO_ID, {"private": True, "exist_ok": True})
+    if revision is not None:
+        assert calls.pop("create_branch") == (REPO_ID, {"branch": revision, "exist_ok": True})
+    assert calls.pop("upload_folder") == {
+        "repo_id": REPO_ID,
+        "commit_message": "Add tiny",
+        "revision": revision,
+        "create_pr": False,
+    }
+    expected = iris_timm.save_pretrained(model, tmp_path / "expected", repo_id=REPO_ID, label_names=LABELS)
+    assert calls.pop("files") == {path.name: path.read_bytes() for path in expected.iterdir()}
+    assert not calls
+    assert f'timm.create_model("hf-hub:{REPO_ID}", pretrained=True)' in (expected / "README.md").read_text()
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _no_weight_reads(*args, **kwargs):
+    raise AssertionError("weights were read")
+
+
+@pytest.fixture
+def forbid_weight_reads(monkeypatch):
+    """Bad input must be rejected before any weights are read, and pickles never loaded."""
+    monkeypatch.setattr(safetensors.torch, "load_file", _no_weight_reads)
+    monkeypatch.setattr(torch, "load", _no_weight_reads)
+
+
+def edit_config(folder: Path, edit) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    edit(config)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def test_missing_folder(tmp_path, forbid_weight_reads):
+    with pytest.raises(FileNotFoundError) as error:
+        iris_timm.from_pretrained(tmp_path / "absent")
+    assert str(error.value) == (
+        f"No folder at {tmp_path / 'absent'}. Give the folder iris_timm.save_pretrained wrote, or a Hub repo id."
+    )
+    with pytest.raises(FileNotFoundError) as error:
+        iris_timm.from_pretrained(str(tmp_path / "absent"))
+    assert str(error.value).startswith(f"No folder at {tmp_path / 'absent'}, and it is not a Hub repo id either: ")
+
+
+def test_missing_weights(saved, forbid_weight_reads):
+    (saved / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError) as error:
+        iris_timm.from_pretrained(saved)
+    assert str(error.value) == (
+        f"{saved / 'model.safetensors'} not found. Save the model there with iris_timm.save_pretrained."
+    )
+
+
+def test_a_folder_of_pickled_weights_is_refused(tmp_path, model, forbid_weight_reads):
+    folder = tmp_path / "pickled"
+    folder.mkdir()
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    with pytest.raises(FileNotFoundError) as error:
+        iris_timm.from_pretrained(folder)
+    assert str(error.value) == f"{folder} holds no model.safetensors, only pickled weights ['pytorch_model.bin']. " + (
+        CONVERT_PICKLE
+    )
+    with pytest.raises(NotADirectoryError) as error:
+        iris_timm.from_pretrained(folder / "pytorch_model.bin")
+    assert str(error.value) == (
+        f"{folder / 'pytorch_model.bin'} is a file; from_pretrained reads a folder holding config.json and "
+        f"model.safetensors, as iris_timm.save_pretrained writes. It is a pickle: {CONVERT_PICKLE}"
+    )
+
+
+def test_truncated_weights(saved, forbid_weight_reads):
+    weights = saved / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(ValueError) as error:
+        iris_timm.from_pretrained(saved)
+    assert str(error.value) == (
+        f"{weights} is not a readable safetensors file (Error while deserializing header: incomplete metadata, file "
+        "not fully covered): it is truncated or corrupt. Download it or save the model again."
+    )
+
+
+def test_corrupt_weights(saved, model, forbid_weight_reads):
+    weights = saved / "model.safetensors"
+    weights.write_bytes(b"\x00" * 8 + weights.read_bytes()[8:])  # a zero header length
+    with pytest.raises(ValueError) as error:
+        iris_timm.from_pretrained(saved)
+    assert str(error.value) == (
+        f"{weights} is not a readable safetensors file (Error while deserializing header: invalid JSON in header: EOF "
+        "while parsing a value at line 1 column 0): it is truncated or corrupt. Download it or save the model again."
+    )
+
+
+def test_config_that_is_not_json(saved, forbid_weight_reads):
+    (saved / "config.json").write_text("{'architecture': 'iris_pdessm_test'}")
+    with pytest.raises(ValueError) as error:
+        iris_timm.from_pretrained(saved)
+    assert str(error.value) == (
+        f"{saved / 'config.json'} is not valid JSON (Expecting property name enclosed in double quotes: line 1 "
+        "column 2 (char 1)). Save the model again with iris_timm.save_pretrained."
+    )
+
+
+def test_config_naming_an_unknown_architecture(saved, forbid_weight_reads):
+    edit_config(saved, lambda config: config.update(architecture="iris_pdessm_huge"))
+    with pytest.raises(ValueError) as error:
+        iris_timm.from_pretrained(saved)
+    assert str(error.value) == (
+        f"{saved / 'config.json'} names the architecture 'iris_pdessm_huge', which timm does not know. The iris "
+        f"architectures are {timm.list_models('iris_*')}; a model from another package needs that package imported "
+        "first."
+    )
+
+
+def test_config_missing_keys(saved, forbid_weight_reads):
+    edit_config(saved, lambda config: [config.pop("architecture"), config.pop("pretrained_cfg")])
+    with pytest.raises(ValueError) as error:
+        iris_timm.from_pretrained(saved)
+    assert str(error.value) == (
+        f"{saved / 'config.json'} lacks the key(s) ['architecture', 'pretrained_cfg'] of timm's hub config. Save the "
+        "model again with iris_timm.save_pretrained."
+    )
+
+
+def test_config_with_unknown_model_args(saved, forbid_weight_reads):
+    edit_config(saved, lambda config: config["model_args"].update(depth=3))
+    with pytest.raises(ValueError) as error:
+        iris_timm.from_pretrained(saved)
+    assert str(error.value) == (
+        f"{saved / 'config.json'}: timm cannot build 'iris_pdessm_test' with model_args "
+        "{'in_chans': 3, 'global_pool': 'avg', 'depth': 3}: IrisPDESSM.__init__() got an unexpected keyword argument "
+        "'depth'. Correct model_args, or save the model again."
+    )
+
+
+def test_weights_that_do_not_fit_the_architecture(saved, forbid_weight_reads):
+    edit_config(saved, lambda config: config.update(num_classes=9))
+    with pytest.raises(ValueError) as error:
+        iris_timm.from_pretrained(saved)
+    assert str(error.value) == (
+        f"{saved / 'model.safetensors'} does not fit 'iris_pdessm_test' with the model_args of "
+        f"{saved / 'config.json'}: head.fc.bias has shape [7], the model [9]; head.fc.weight has shape [7, 64], the "
+        "model [9, 64]. Save the model again with iris_timm.save_pretrained, or correct model_args in config.json."
+    )
+    edit_config(saved, lambda config: config.update(num_classes=7, model_args={"dims": [16, 32, 48, 96]}))
+    with pytest.raises(ValueError) as error:
+        iris_timm.from_pretrained(saved)
+    assert str(error.value).startswith(
+        f"{saved / 'model.safetensors'} does not fit 'iris_pdessm_test' with the model_args of "
+        f"{saved / 'config.json'}: head.fc.weight has shape [7, 64], the model [7, 96]; head.norm.bias has shape "
+        "[64], the model [96]; head.norm.weight has shape [64], the model [96] (and "
+    )
+
+
+def test_a_hub_repo_without_safetensors_is_refused(saved, offline_cache, monkeypatch, forbid_weight_reads):
+    (saved / "model.safetensors").unlink()
+    torch.save({}, saved / "pytorch_model.bin")
+    add_to_cache(offline_cache, REPO_ID, saved)
+    download = timm.models._hub.hf_hub_download
+
+    def hub(repo_id, filename, **kwargs):  # the Hub's answer for a file the repo lacks
+        if filename == "model.safetensors":
+            raise EntryNotFoundError(f"404 Client Error. Entry Not Found for url: {repo_id}/{filename}")
+        return download(repo_id, filename, **kwargs)
+
+    monkeypatch.setattr(timm.models._hub, "hf_hub_download", hub)
+    with pytest.raises(FileNotFoundError) as error:
+        iris_timm.from_pretrained(REPO_ID)
+    assert str(error.value) == f"hf-hub:{REPO_ID}@{COMMIT} has no model.safetensors. {CONVERT_PICKLE}"
+
+
+def test_a_repo_missing_from_the_offline_cache(offline_cache, forbid_weight_reads):
+    with pytest.raises(FileNotFoundError) as error:
+        iris_timm.from_pretrained(REPO_ID)
+    assert str(error.value).startswith(
+        f"config.json of hf-hub:{REPO_ID} is not in the Hugging Face cache and the Hub cannot be reached. Download it "
+        "once online, or give a local folder. ("
+    )
+
+
+# ----------------------------------------------------------------------------- model cards
+
+
+def test_committed_cards_are_the_generated_ones(tmp_path):
+    main(["--all", "--out", str(tmp_path)])
+    committed = Path(__file__).parents[1] / "model_cards"
+    for name in PUBLISHED_VARIANTS:
+        assert (committed / f"{name}.md").read_text() == (tmp_path / f"{name}.md").read_text(), (
+            f"model_cards/{name}.md is stale: run python -m iris_timm.model_card --all --out model_cards/"
+        )
+
+
+def test_card_without_results_says_not_measured(model):
+    card = model_card(model, f"hf-hub:{REPO_ID}")
+    assert card.data.to_dict() == {
+        "library_name": "timm",
+        "license": "apache-2.0",
+        "pipeline_tag": "image-classification",
+        "tags": ["image-classification", "timm", "transformers", "iris_timm"],
+    }
+    assert f"| Parameters | {count_params(model) / 1e6:.2f} M |" in card.text
+    assert "| Top-1 accuracy | not measured |" in card.text
+    assert "Command that reproduces these weights: not recorded." in card.text
+
+
+def test_card_with_results_reports_them(model):
+    results = {"dataset": "uoft-cs/cifar10", "top1": 91.5, "epochs": 100, "command": "python train.py"}
+    card = model_card(model, f"hf-hub:{REPO_ID}", results)
+    assert card.data.datasets == ["uoft-cs/cifar10"]
+    assert card.data.metrics == ["accuracy"]
+    assert [(r.dataset_type, r.metric_type, r.metric_value) for r in card.data.eval_results] == [
+        ("uoft-cs/cifar10", "accuracy", 91.5)
+    ]
+    assert "| Dataset | uoft-cs/cifar10 |\n| Epochs | 100 |\n| Top-1 accuracy | 91.5 % |" in card.text
+    assert "Command that reproduces these weights:\n\n```bash\npython train.py\n```" in card.text
+
+
+def test_card_rejects_unknown_or_unfounded_results(model):
+    with pytest.raises(ValueError) as error:
+        model_card(model, f"hf-hub:{REPO_ID}", {"top5": 99.0})
+    assert (
+        str(error.value)
+        == "Unknown training result keys ['top5']; the keys are ['command', 'dataset', 'epochs', 'top1']."
+    )
+    with pytest.raises(ValueError) as error:
+        model_card(model, f"hf-hub:{REPO_ID}", {"top1": 80.0})
+    assert str(error.value) == "Training result 'top1' needs the 'dataset' it was measured on."

@@ -1,0 +1,296 @@
+"""train.py end to end on CPU: the embedded default, two processes, kill and resume, fine-tuning, errors."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import timm
+import torch
+from safetensors.torch import load_file
+
+import iris_timm
+
+ROOT = Path(__file__).resolve().parents[1]
+CIFAR10 = ROOT.parent / "shared" / "data" / "cifar10"
+sys.path.insert(0, str(ROOT))
+import train  # noqa: E402
+
+SMOKE = ["--config", "configs/smoke.yaml"]
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "train.py", *args]
+
+
+def run_env() -> dict[str, str]:
+    # One thread: results are then bitwise reproducible, and two processes fit on a small machine.
+    return dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+
+
+def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        command(*args), cwd=ROOT, env=run_env(), capture_output=True, text=True, timeout=600, check=False
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"train.py failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
+    return result
+
+
+def test_embedded_default_matches_its_recipe_file():
+    assert train.parse_config([]) == train.parse_config(["--config", "configs/digits.yaml"])
+
+
+def test_every_recipe_parses():
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        cfg = train.parse_config(["--config", str(path)])
+        assert cfg.model == "iris_pdessm_test" or timm.is_model(cfg.model), path
+
+
+def test_command_line_overrides_the_recipe():
+    cfg = train.parse_config([*SMOKE, "--batch-size", "8", "--lr", "0.1", "--resume", "--model-kwargs", '{"a": 1}'])
+    assert (cfg.batch_size, cfg.lr, cfg.resume, cfg.model_kwargs) == (8, 0.1, "auto", {"a": 1})
+    assert cfg.max_steps == 6  # from the recipe
+    assert train.parse_config(["--checkpoint-every", "none"]).checkpoint_every is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "yaml_text", "message"),
+    [
+        (
+            [],
+            "batchsize: 4\n",
+            r"Unknown config key 'batchsize' in .*\. Did you mean 'batch_size'\? Valid keys: model,",
+        ),
+        (["--learning-rate", "1"], None, r"Unknown config key 'learning_rate' in the command line\. Valid keys:"),
+        (["--batch-size", "many"], None, r"Config key 'batch_size' expects <class 'int'>, got 'many'"),
+        (["--channels-last", "maybe"], None, r"Config key 'channels_last' expects <class 'bool'>, got 'maybe'"),
+        (["--config", "configs/missing.yaml"], None, r"Config file configs/missing.yaml does not exist"),
+    ],
+)
+def test_config_errors_name_the_key(tmp_path, argv, yaml_text, message):
+    if yaml_text is not None:
+        (tmp_path / "bad.yaml").write_text(yaml_text)
+        argv = ["--config", str(tmp_path / "bad.yaml"), *argv]
+    with pytest.raises(SystemExit, match=message):
+        train.parse_config(argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "iris_pdessm_x"], r"timm does not know the model 'iris_pdessm_x'\. Close names: \["),
+        (["--dataset", "./no/such/folder"], r"dataset: \./no/such/folder does not exist"),
+        (["--mixed-precision", "fp8"], r"mixed_precision must be no, bf16 or fp16, got 'fp8'"),
+        (["--lr", "0"], r"lr must be > 0"),
+        (["--resume", "/nonexistent"], r"resume: /nonexistent is not a checkpoint folder"),
+    ],
+)
+def test_bad_values_fail_before_training(tmp_path, argv, message):
+    cfg = train.parse_config([*SMOKE, "--output-dir", str(tmp_path / "out"), *argv])
+    with pytest.raises(SystemExit, match=message):
+        train.main(cfg)
+    assert not (tmp_path / "out" / "checkpoints").exists()
+
+
+def test_embedded_default_trains_evaluates_and_exports(tmp_path):
+    out = tmp_path / "digits"
+    result = run("--max-steps", "12", "--output-dir", str(out))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 12 and summary["best_top1"] is not None
+    assert "summary: " in result.stdout
+    for name in ("model.safetensors", "config.json", "README.md", "train_config.yaml", "metrics.jsonl"):
+        assert (out / name).is_file(), name
+    assert not list(out.glob("*.bin")) and not list(out.glob("*.pth"))
+    model = timm.create_model(f"local-dir:{out}", pretrained=True).eval()
+    assert model.num_classes == 10
+    weights = load_file(out / "model.safetensors")
+    torch.testing.assert_close(model.state_dict()["head.fc.weight"], weights["head.fc.weight"])
+    val_metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "val/top1" in line]
+    assert val_metrics and val_metrics[-1]["val/top1"] == summary["best_top1"]
+
+
+def test_two_processes_train_and_evaluate(tmp_path):
+    out = tmp_path / "ddp"
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--cpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+    ]
+    result = subprocess.run(
+        [*launch, "--mixed_precision", "no", "--dynamo_backend", "no", "train.py", *SMOKE, "--output-dir", str(out)],
+        cwd=ROOT,
+        env=run_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 6 and summary["best_top1"] is not None
+    assert result.stdout.count("summary: ") == 1  # printed by the main process only
+    assert (out / "model.safetensors").is_file()
+
+
+def test_killed_and_resumed_run_ends_with_the_same_weights(tmp_path):
+    # 13 batches an epoch: the run crosses an epoch boundary, and the kill lands mid-epoch.
+    common = [*SMOKE, "--max-steps", "16", "--batch-size", "128", "--checkpoint-every", "3", "--keep-checkpoints", "3"]
+    run(*common, "--output-dir", str(tmp_path / "whole"))
+
+    interrupted = tmp_path / "interrupted"
+    process = subprocess.Popen(
+        command(*common, "--output-dir", str(interrupted)),
+        cwd=ROOT,
+        env=run_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while not (interrupted / "checkpoints" / "step_00000006").exists():
+        assert process.poll() is None and time.time() < deadline, "the run ended before its second checkpoint"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (interrupted / "model.safetensors").exists()
+
+    result = run(*common, "--output-dir", str(interrupted), "--resume")
+    assert "Resumed from" in result.stdout
+    whole = load_file(tmp_path / "whole" / "model.safetensors")
+    resumed = load_file(interrupted / "model.safetensors")
+    assert whole.keys() == resumed.keys()
+    for key in whole:
+        assert torch.equal(whole[key], resumed[key]), key
+    assert len(list((interrupted / "checkpoints").glob("step_*"))) == 3
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory) -> Path:
+    """A short digits run with two checkpoints and an exported 10-class model."""
+    out = tmp_path_factory.mktemp("base") / "run"
+    run(*SMOKE, "--max-steps", "4", "--checkpoint-every", "2", "--output-dir", str(out))
+    return out
+
+
+def test_resume_auto_ignores_a_half_written_checkpoint(base_run, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(base_run, out)
+    half = out / "checkpoints" / ".tmp-step_00000006"
+    half.mkdir()
+    (half / "model.safetensors").write_bytes(b"truncated")
+    assert train.checkpoint_dirs(out)[-1].name == "step_00000004"
+    result = run(*SMOKE, "--max-steps", "6", "--checkpoint-every", "2", "--output-dir", str(out), "--resume", "auto")
+    assert f"Resumed from {out / 'checkpoints' / 'step_00000004'} at step 4" in result.stdout
+    assert json.loads((out / "summary.json").read_text())["steps"] == 6
+
+
+def test_non_finite_losses_stop_the_run_and_keep_the_last_good_checkpoint(tmp_path):
+    out = tmp_path / "diverge"
+    args = [*SMOKE, "--opt", "sgd", "--lr", "1e30", "--clip-grad", "none", "--warmup-steps", "0", "--smoothing", "0"]
+    result = run(*args, "--checkpoint-every", "1", "--max-bad-steps", "2", "--output-dir", str(out), check=False)
+    assert result.returncode != 0
+    assert "non-finite losses in a row at step" in result.stderr
+    good = train.checkpoint_dirs(out)
+    assert good, "no checkpoint was written before the loss diverged"
+    assert f"Last good checkpoint: {good[-1]}" in result.stderr
+    assert (good[-1] / "trainer_state.json").is_file()
+
+
+def make_image_folder(root: Path, classes: int = 3, per_class: int = 12) -> Path:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "validation"):
+        for c in range(classes):
+            folder = root / split / f"class_{c}"
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                pixels = rng.integers(0, 255, (20, 24, 3), dtype=np.uint8) // (c + 1)
+                Image.fromarray(pixels).save(folder / f"{i}.png")
+    return root
+
+
+def test_finetune_a_saved_model_to_a_new_number_of_classes(base_run, tmp_path):
+    folder = make_image_folder(tmp_path / "images")
+    tuned = tmp_path / "tuned"
+    run(
+        *SMOKE,
+        "--pretrained",
+        f"local-dir:{base_run}",
+        "--dataset",
+        str(folder),
+        "--img-size",
+        "48",  # another input size, same weights
+        "--layer-decay",
+        "0.75",
+        "--max-steps",
+        "3",
+        "--output-dir",
+        str(tuned),
+    )
+    before, after = load_file(base_run / "model.safetensors"), load_file(tuned / "model.safetensors")
+    assert after["head.fc.weight"].shape[0] == 3 and before["head.fc.weight"].shape[0] == 10
+    assert before.keys() == after.keys()
+    config = json.loads((tuned / "config.json").read_text())
+    assert config["model_args"]["stem_stride"] == 2
+    assert config["label_names"] == ["class_0", "class_1", "class_2"]
+    assert config["pretrained_cfg"]["input_size"] == [3, 48, 48]
+
+
+def test_linear_probe_trains_only_the_classifier(base_run, tmp_path):
+    probe = tmp_path / "probe"
+    weights = str(base_run / "model.safetensors")
+    run(*SMOKE, "--pretrained", weights, "--freeze-backbone", "true", "--max-steps", "2", "--output-dir", str(probe))
+    before, after = load_file(base_run / "model.safetensors"), load_file(probe / "model.safetensors")
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed == {"head.fc.weight", "head.fc.bias"}
+
+
+@pytest.mark.skipif(not CIFAR10.is_dir(), reason=f"no CIFAR-10 copy at {CIFAR10}")
+def test_finetune_on_a_cifar10_parquet_folder(base_run, tmp_path):
+    """The real CIFAR-10 Parquet files, cut to 256 + 128 rows to keep the test short."""
+    from datasets import Dataset
+
+    subset = tmp_path / "cifar10"
+    subset.mkdir()
+    for name, rows in (("train", 256), ("val", 128)):
+        Dataset.from_parquet(str(CIFAR10 / f"{name}.parquet")).select(range(rows)).to_parquet(
+            subset / f"{name}.parquet"
+        )
+    tuned = tmp_path / "cifar"
+    args = ["--max-steps", "2", "--batch-size", "32", "--num-workers", "0", "--output-dir", str(tuned)]
+    run(
+        "--config",
+        "configs/finetune_cifar10.yaml",
+        "--pretrained",
+        f"local-dir:{base_run}",
+        "--dataset",
+        str(subset),
+        *args,
+    )
+    config = json.loads((tuned / "config.json").read_text())
+    assert config["num_classes"] == 10
+    assert config["label_names"][:3] == ["airplane", "automobile", "bird"]
+
+
+@pytest.mark.parametrize("name", ["single_gpu", "multi_gpu", "multi_node", "fsdp"])
+def test_accelerate_configs_load(name):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(ROOT / "configs" / "accelerate" / f"{name}.yaml"))
+    assert config.num_processes >= 1 and config.mixed_precision == "bf16"
+    if name == "fsdp":
+        assert config.fsdp_config["fsdp_transformer_layer_cls_to_wrap"] in dir(iris_timm.models.pdessm)

@@ -1,0 +1,587 @@
+"""Train or fine-tune an iris model (or any timm model) with Accelerate.
+
+    python train.py                                         # embedded default: digits, a few CPU minutes
+    python train.py --config configs/cifar10.yaml
+    accelerate launch --multi_gpu train.py --config configs/in1k_s.yaml --mixed-precision bf16
+    python train.py --config configs/finetune.yaml --pretrained local-dir:output/digits
+
+Every field of `Config` below is a YAML key and a command-line flag (`batch_size` is `--batch-size`);
+the command line wins over the YAML file, which wins over the defaults. `python train.py --help` lists them.
+"""
+
+import argparse
+import dataclasses
+import difflib
+import json
+import math
+import os
+import random
+import shlex
+import shutil
+import sys
+import time
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import timm
+import torch
+import yaml
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration, set_seed
+from datasets import ClassLabel, Dataset, DatasetDict, load_dataset
+from safetensors import safe_open
+from timm.data import Mixup, create_transform, resolve_data_config
+from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+from timm.optim import create_optimizer_v2
+from timm.scheduler import create_scheduler_v2
+from timm.utils import ModelEmaV3
+from tqdm.auto import tqdm
+
+import iris_timm
+
+
+@dataclass
+class Config:
+    # model
+    model: str = "iris_pdessm_test"  # any timm model name
+    model_kwargs: dict = field(default_factory=lambda: {"stem_stride": 2})  # extra timm.create_model arguments
+    pretrained: str | None = None  # hf-hub:ORG/NAME, local-dir:PATH or a .safetensors file
+    img_size: int | None = 32  # None: the model's pretrained_cfg input size
+    drop_path: float = 0.0
+    freeze_backbone: bool = False  # linear probe: train the classifier only
+    grad_checkpointing: bool = False
+    channels_last: bool = False
+    compile: bool = False
+    # data
+    dataset: str = "digits"  # "digits" (ships with scikit-learn), a Hub name, Parquet file/folder or image folder
+    dataset_config: str | None = None
+    train_split: str = "train"
+    val_split: str | None = None  # None: "validation", "val", "valid" or "test", else val_fraction of train
+    val_fraction: float = 0.1
+    image_column: str = "image"
+    label_column: str = "label"
+    streaming: bool = False  # stream a Hub dataset instead of downloading it whole (needs max_steps)
+    num_workers: int = 0
+    # augmentation (timm transforms) and regularisation
+    scale: tuple[float, float] = (0.5, 1.0)  # random-resized-crop area range
+    hflip: float = 0.0
+    auto_augment: str | None = None  # e.g. "rand-m9-mstd0.5-inc1" (RandAugment)
+    reprob: float = 0.0  # random erasing probability
+    crop_pct: float | None = 1.0  # eval centre-crop fraction; None: the model's
+    mixup: float = 0.0
+    cutmix: float = 0.0
+    smoothing: float = 0.1
+    # optimisation (timm optimizer and scheduler factories)
+    epochs: int = 8
+    max_steps: int | None = None  # stop after this many optimizer updates (overrides epochs)
+    batch_size: int = 64  # per process
+    grad_accum_steps: int = 1
+    opt: str = "adamw"
+    lr: float = 2e-3
+    weight_decay: float = 0.05
+    momentum: float = 0.9
+    layer_decay: float | None = None  # layer-wise LR decay through the model's group_matcher
+    sched: str = "cosine"
+    warmup_steps: int = 20
+    min_lr: float = 1e-5
+    clip_grad: float | None = 1.0
+    ema_decay: float | None = None  # keep an EMA of the weights; it is what gets exported
+    mixed_precision: str = "no"  # no | bf16 | fp16
+    # run
+    output_dir: str = "output/digits"
+    seed: int = 0
+    resume: str | None = None  # "auto" (latest checkpoint in output_dir) or a checkpoint folder
+    checkpoint_every: int | None = None  # steps; a checkpoint is also written after each epoch
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    max_bad_steps: int = 5  # stop after this many non-finite losses in a row
+    log_with: str | None = "auto"  # Accelerate tracker ("tensorboard", ...), "auto": TensorBoard if installed
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def config_fields() -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(Config)}
+
+
+def check_keys(keys, source: str) -> None:
+    fields = config_fields()
+    for key in keys:
+        if key not in fields:
+            hint = difflib.get_close_matches(key, fields, n=1)
+            did_you_mean = f" Did you mean {hint[0]!r}?" if hint else ""
+            raise SystemExit(f"Unknown config key {key!r} in {source}.{did_you_mean} Valid keys: {', '.join(fields)}.")
+
+
+def coerce(name: str, value):
+    """Convert a YAML or command-line value to the type of field `name`, or fail naming the key."""
+    annotation = typing.get_type_hints(Config)[name]
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    optional = isinstance(annotation, types.UnionType) and type(None) in typing.get_args(annotation)
+    base = args[0] if optional else annotation
+    if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null")):
+        if optional:
+            return None
+        raise SystemExit(f"Config key {name!r} cannot be empty.")
+    try:
+        if typing.get_origin(base) is tuple:
+            value = json.loads(value) if isinstance(value, str) else value
+            return tuple(float(v) for v in value)
+        if base is dict:
+            value = json.loads(value) if isinstance(value, str) else value
+            if not isinstance(value, dict):
+                raise TypeError
+            return value
+        if base is bool:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                return value.lower() in ("true", "1", "yes")
+            return bool(value)
+        if base is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError
+        return base(value)
+    except (TypeError, ValueError, json.JSONDecodeError):
+        raise SystemExit(f"Config key {name!r} expects {annotation}, got {value!r}.") from None
+
+
+def parse_config(argv: list[str] | None = None) -> Config:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="YAML recipe (see configs/)")
+    defaults = Config()
+    for name in config_fields():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"default: {getattr(defaults, name)!r}"
+        if name == "resume":
+            parser.add_argument(flag, nargs="?", const="auto", default=argparse.SUPPRESS, help=help_text)
+        else:
+            parser.add_argument(flag, default=argparse.SUPPRESS, help=help_text)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        check_keys([u.lstrip("-").split("=")[0].replace("-", "_") for u in unknown], "the command line")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+
+    values = {}
+    if args.config:
+        if not Path(args.config).is_file():
+            raise SystemExit(f"Config file {args.config} does not exist.")
+        values = yaml.safe_load(Path(args.config).read_text()) or {}
+        check_keys(values, args.config)
+    values.update({k: v for k, v in vars(args).items() if k != "config"})
+    return Config(**{k: coerce(k, v) for k, v in values.items()})
+
+
+def validate(cfg: Config) -> None:
+    """Fail before any training on values that cannot work, saying what to fix."""
+    if not timm.is_model(cfg.model):
+        close = difflib.get_close_matches(cfg.model, timm.list_models(), n=3)
+        raise SystemExit(f"timm does not know the model {cfg.model!r}. Close names: {close or 'none'}.")
+    if cfg.mixed_precision not in ("no", "bf16", "fp16"):
+        raise SystemExit(f"mixed_precision must be no, bf16 or fp16, got {cfg.mixed_precision!r}.")
+    for name in ("epochs", "batch_size", "grad_accum_steps", "keep_checkpoints", "log_every", "max_bad_steps"):
+        if getattr(cfg, name) < 1:
+            raise SystemExit(f"{name} must be >= 1, got {getattr(cfg, name)}.")
+    for name in ("max_steps", "checkpoint_every"):
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
+            raise SystemExit(f"{name} must be >= 1 or none, got {getattr(cfg, name)}.")
+    if cfg.lr <= 0:
+        raise SystemExit(f"lr must be > 0, got {cfg.lr}.")
+    if (cfg.mixup > 0 or cfg.cutmix > 0) and cfg.batch_size % 2:
+        raise SystemExit(f"mixup/cutmix need an even batch_size, got {cfg.batch_size}.")
+    if cfg.streaming and cfg.max_steps is None:
+        raise SystemExit("A streamed dataset has no length: set max_steps.")
+    if cfg.resume not in (None, "auto") and not (Path(cfg.resume) / "trainer_state.json").is_file():
+        raise SystemExit(f"resume: {cfg.resume} is not a checkpoint folder (it has no trainer_state.json).")
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def digits_dataset() -> DatasetDict:
+    """scikit-learn's 1,797 handwritten digits (8x8 grey), shipped inside the package: no download."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = [Image.fromarray((d * (255 / 16)).astype(np.uint8)) for d in digits.images]
+    features = {"image": None, "label": ClassLabel(names=[str(i) for i in range(10)])}
+    ds = Dataset.from_dict({"image": images, "label": digits.target.tolist()})
+    ds = ds.cast_column("label", features["label"])
+    return ds.train_test_split(test_size=0.1, seed=0, stratify_by_column="label")
+
+
+def load_splits(cfg: Config):
+    """Return (train, validation) datasets from the embedded digits, a local path or the Hub."""
+    source = Path(cfg.dataset)
+    if cfg.dataset == "digits":
+        splits = digits_dataset()
+    elif source.is_file() and source.suffix == ".parquet":
+        splits = load_dataset("parquet", data_files={cfg.train_split: str(source)})
+    elif source.is_dir() and list(source.glob("*.parquet")):
+        # One file per split, named by its file stem (train.parquet, val.parquet, ...).
+        splits = load_dataset("parquet", data_files={p.stem: str(p) for p in sorted(source.glob("*.parquet"))})
+    elif source.is_dir():
+        splits = load_dataset("imagefolder", data_dir=str(source))
+    elif cfg.dataset.startswith((".", "/")) or source.suffix:
+        raise SystemExit(f"dataset: {cfg.dataset} does not exist. Give a Parquet file or folder, or an image folder.")
+    else:
+        try:
+            splits = load_dataset(cfg.dataset, cfg.dataset_config, streaming=cfg.streaming)
+        except Exception as error:  # datasets raises many types; all mean the same to the user
+            raise SystemExit(f"Could not load dataset {cfg.dataset!r} from the Hub: {error}") from error
+
+    if cfg.train_split not in splits:
+        raise SystemExit(f"dataset has no split {cfg.train_split!r}; it has {list(splits)}. Set train_split.")
+    val_name = cfg.val_split or next((s for s in ("validation", "val", "valid", "test") if s in splits), None)
+    if val_name is None and not cfg.streaming:
+        held_out = splits[cfg.train_split].train_test_split(test_size=cfg.val_fraction, seed=cfg.seed)
+        return held_out["train"], held_out["test"]
+    if val_name not in splits:
+        raise SystemExit(f"dataset has no split {val_name!r}; it has {list(splits)}. Set val_split.")
+    return splits[cfg.train_split], splits[val_name]
+
+
+class SeededTransform(torch.utils.data.Dataset):
+    """Applies the transform with randomness seeded by (seed, epoch, index), so sample i of epoch e is
+    augmented the same way whichever process, worker or resumed run loads it."""
+
+    def __init__(self, dataset: Dataset, transform, image_column: str, label_column: str, seed: int):
+        self.dataset, self.transform, self.seed, self.epoch = dataset, transform, seed, 0
+        self.image_column, self.label_column = image_column, label_column
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __getitem__(self, index: int):
+        example = self.dataset[index]
+        python_state = random.getstate()
+        with torch.random.fork_rng(devices=[]):
+            seed = hash((self.seed, self.epoch, index)) % 2**63
+            random.seed(seed)
+            torch.manual_seed(seed)
+            image = self.transform(example[self.image_column].convert("RGB"))
+        random.setstate(python_state)
+        return image, example[self.label_column]
+
+
+def streamed(dataset, transform, cfg: Config):
+    """A streamed split, shuffled with a buffer and transformed on the fly."""
+
+    def apply(example):
+        return {"image": transform(example[cfg.image_column].convert("RGB")), "label": example[cfg.label_column]}
+
+    return dataset.shuffle(seed=cfg.seed, buffer_size=10_000).map(apply).with_format("torch")
+
+
+def dataset_name(dataset: str) -> str:
+    """How the model card names the data: a Hub id as it is, a local path by its folder or file name."""
+    if dataset == "digits":
+        return "scikit-learn digits"
+    return Path(dataset).name if Path(dataset).exists() else dataset
+
+
+def label_names(dataset, column: str) -> list[str] | None:
+    feature = dataset.features[column] if dataset.features else None
+    return feature.names if isinstance(feature, ClassLabel) else None
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def create_model(cfg: Config, num_classes: int) -> torch.nn.Module:
+    kwargs = dict(cfg.model_kwargs, num_classes=num_classes, drop_path_rate=cfg.drop_path)
+    if cfg.pretrained is None:
+        return timm.create_model(cfg.model, **kwargs)
+    if cfg.pretrained.endswith(".safetensors"):
+        if not Path(cfg.pretrained).is_file():
+            raise SystemExit(f"pretrained: {cfg.pretrained} does not exist.")
+        # timm keeps the file's classifier only if its size matches: tell it the size the file holds.
+        classifier = timm.get_pretrained_cfg_value(cfg.model, "classifier")
+        with safe_open(cfg.pretrained, "pt") as f:
+            file_classes = f.get_slice(f"{classifier}.weight").get_shape()[0]
+        overlay = {"file": cfg.pretrained, "num_classes": file_classes}
+        return timm.create_model(cfg.model, pretrained=True, pretrained_cfg_overlay=overlay, **kwargs)
+    # hf-hub: / local-dir: folders carry their own architecture and model_args.
+    return iris_timm.from_pretrained(cfg.pretrained, num_classes=num_classes, drop_path_rate=cfg.drop_path)
+
+
+def freeze_backbone(model: torch.nn.Module) -> None:
+    classifier = model.pretrained_cfg["classifier"]
+    for name, param in model.named_parameters():
+        param.requires_grad = name.startswith(classifier + ".")
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_dirs(output_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first. Incomplete ones live under a '.tmp-' name and are ignored."""
+    return sorted((output_dir / "checkpoints").glob("step_*"))
+
+
+def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, keep: int) -> None:
+    """Write the Accelerate state into a temporary folder, then rename it: a crash never leaves a
+    half-written checkpoint under a name `--resume auto` would pick."""
+    final = output_dir / "checkpoints" / f"step_{state['step']:08d}"
+    tmp = final.with_name(".tmp-" + final.name)
+    if accelerator.is_main_process and tmp.exists():
+        shutil.rmtree(tmp)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp))
+    if accelerator.is_main_process:
+        (tmp / "trainer_state.json").write_text(json.dumps(state))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        for old in checkpoint_dirs(output_dir)[:-keep]:
+            shutil.rmtree(old)
+    accelerator.wait_for_everyone()
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def evaluate(model, loader, accelerator: Accelerator, topk: tuple[int, ...]) -> dict[str, float]:
+    """Top-k accuracy (%) over the whole split, gathered from every process without duplicates."""
+    model.eval()
+    correct, count = torch.zeros(len(topk)), 0
+    with torch.no_grad():
+        for images, targets in loader:
+            predictions = model(images).topk(max(topk), dim=-1).indices  # (B, max k)
+            predictions, targets = accelerator.gather_for_metrics((predictions, targets))
+            hits = predictions == targets[:, None]
+            correct += torch.stack([hits[:, :k].any(dim=1).sum() for k in topk]).cpu()
+            count += len(targets)
+    model.train()
+    return {f"top{k}": 100 * c.item() / max(count, 1) for k, c in zip(topk, correct, strict=True)}
+
+
+def main(cfg: Config) -> dict:
+    validate(cfg)
+    output_dir = Path(cfg.output_dir)
+    log_with = cfg.log_with
+    if log_with == "auto":
+        log_with = "tensorboard" if _has_tensorboard() else None
+    accelerator = Accelerator(
+        mixed_precision=cfg.mixed_precision,
+        gradient_accumulation_steps=cfg.grad_accum_steps,
+        log_with=log_with,
+        project_dir=str(output_dir),
+        dynamo_backend="inductor" if cfg.compile else "no",
+        # Shuffle order from (seed, epoch) alone, so a resumed run sees the batches an uninterrupted one would.
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+    )
+    set_seed(cfg.seed)
+    if accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "train_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+
+    # Data: the model's own preprocessing (mean, std, interpolation), at the recipe's size.
+    train_data, val_data = load_splits(cfg)
+    names = label_names(train_data, cfg.label_column)
+    if names is None and cfg.streaming:
+        raise SystemExit(f"The streamed dataset's {cfg.label_column!r} column is not a ClassLabel: no class count.")
+    num_classes = len(names) if names else int(max(train_data[cfg.label_column])) + 1
+    model = create_model(cfg, num_classes)
+    overrides = {"input_size": (3, cfg.img_size, cfg.img_size)} if cfg.img_size else {}
+    if cfg.crop_pct is not None:
+        overrides["crop_pct"] = cfg.crop_pct
+    data_config = resolve_data_config(overrides, model=model)
+    train_tf = create_transform(
+        **data_config,
+        is_training=True,
+        scale=cfg.scale,
+        hflip=cfg.hflip,
+        auto_augment=cfg.auto_augment,
+        re_prob=cfg.reprob,
+    )
+    eval_tf = create_transform(**data_config)
+    # The exported folder tells users (and transformers' image processor) how its inputs were prepared.
+    pool = tuple(math.ceil(s / model.feature_info[-1]["reduction"]) for s in data_config["input_size"][1:])
+    model.pretrained_cfg = dict(model.pretrained_cfg, **data_config, pool_size=pool)
+    if cfg.streaming:
+        train_set, val_set = streamed(train_data, train_tf, cfg), streamed(val_data, eval_tf, cfg)
+    else:
+        train_set = SeededTransform(train_data, train_tf, cfg.image_column, cfg.label_column, cfg.seed)
+        val_set = SeededTransform(val_data, eval_tf, cfg.image_column, cfg.label_column, cfg.seed)
+    use_mixup = cfg.mixup > 0 or cfg.cutmix > 0
+    loader_kwargs = dict(batch_size=cfg.batch_size, num_workers=cfg.num_workers)
+    train_loader = torch.utils.data.DataLoader(
+        train_set, shuffle=not cfg.streaming, drop_last=use_mixup, **loader_kwargs
+    )
+    val_loader = torch.utils.data.DataLoader(val_set, **loader_kwargs)
+
+    # Model, optimizer (weight decay and layer decay from the model's no_weight_decay / group_matcher).
+    if cfg.freeze_backbone:
+        freeze_backbone(model)
+    if cfg.grad_checkpointing:
+        model.set_grad_checkpointing(True)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = create_optimizer_v2(
+        model,
+        opt=cfg.opt,
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        momentum=cfg.momentum,
+        layer_decay=cfg.layer_decay,
+    )
+    model, optimizer, train_loader, val_loader = accelerator.prepare(model, optimizer, train_loader, val_loader)
+    ema = ModelEmaV3(accelerator.unwrap_model(model), decay=cfg.ema_decay) if cfg.ema_decay else None
+    if ema is not None:
+        accelerator.register_for_checkpointing(ema)
+
+    updates_per_epoch = None if cfg.streaming else math.ceil(len(train_loader) / cfg.grad_accum_steps)
+    total_steps = cfg.max_steps or cfg.epochs * updates_per_epoch
+    scheduler, _ = create_scheduler_v2(
+        optimizer,
+        sched=cfg.sched,
+        num_epochs=total_steps,
+        warmup_epochs=min(cfg.warmup_steps, total_steps // 2),
+        min_lr=cfg.min_lr,
+        warmup_lr=cfg.lr / 100,
+        step_on_epochs=False,
+        updates_per_epoch=1,  # the schedule is counted in optimizer updates
+    )
+    mixup = (
+        Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.smoothing, num_classes=num_classes)
+        if use_mixup
+        else None
+    )
+    if mixup is not None:  # mixup makes soft targets, with the label smoothing folded in
+        criterion = SoftTargetCrossEntropy()
+    elif cfg.smoothing > 0:
+        criterion = LabelSmoothingCrossEntropy(cfg.smoothing)
+    else:
+        criterion = torch.nn.CrossEntropyLoss()
+
+    # Resume: weights, optimizer, EMA and RNG from Accelerate's state; position from trainer_state.json.
+    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_top1": None, "best_epoch": None, "bad_steps": 0}
+    resume_dir = Path(cfg.resume) if cfg.resume not in (None, "auto") else None
+    if cfg.resume == "auto" and checkpoint_dirs(output_dir):
+        resume_dir = checkpoint_dirs(output_dir)[-1]
+    if resume_dir is not None:
+        accelerator.load_state(str(resume_dir))
+        state = json.loads((resume_dir / "trainer_state.json").read_text())
+        accelerator.print(f"Resumed from {resume_dir} at step {state['step']}.")
+    if log_with:
+        accelerator.init_trackers("train", config={k: str(v) for k, v in dataclasses.asdict(cfg).items()})
+    topk = (1, 5) if num_classes >= 5 else (1,)
+
+    def log(metrics: dict) -> None:
+        accelerator.log(metrics, step=state["step"])
+        if accelerator.is_main_process:
+            with open(output_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps({"step": state["step"], "epoch": state["epoch"], **metrics}) + "\n")
+
+    def export(directory: Path, top1: float) -> None:
+        """A Hub-ready folder of the current weights (the EMA's when on), its card recording this run."""
+        final_model = ema.module if ema is not None else accelerator.unwrap_model(model)
+        results = {"dataset": dataset_name(cfg.dataset), "top1": round(top1, 2), "epochs": state["epoch"]}
+        results["command"] = "python " + shlex.join(sys.argv)
+        if accelerator.is_main_process:
+            iris_timm.save_pretrained(final_model, directory, label_names=names, training_results=results)
+
+    model.train()
+    progress = tqdm(total=total_steps, initial=state["step"], disable=not accelerator.is_local_main_process)
+    start, images_seen, consecutive_bad, window_bad = time.perf_counter(), 0, 0, False
+    while state["step"] < total_steps:
+        train_loader.set_epoch(state["epoch"])  # seeds this epoch's shuffle
+        train_set.set_epoch(state["epoch"])  # and its augmentation
+        epoch_loader = accelerator.skip_first_batches(train_loader, state["batch_in_epoch"])
+        for images, targets in epoch_loader:
+            if state["step"] >= total_steps:
+                break
+            state["batch_in_epoch"] += 1
+            if mixup is not None:
+                images, targets = mixup(images, targets)
+            if cfg.channels_last:
+                images = images.contiguous(memory_format=torch.channels_last)
+            with accelerator.accumulate(model):
+                loss = criterion(model(images), targets)
+                # Every process must agree to skip, or the gradient all-reduce would hang.
+                if accelerator.gather(loss.detach()[None]).isfinite().all():
+                    accelerator.backward(loss)
+                else:
+                    window_bad = True
+                if not accelerator.sync_gradients:
+                    continue
+                if window_bad:
+                    state["bad_steps"] += 1
+                    consecutive_bad += 1
+                else:
+                    consecutive_bad = 0
+                    if cfg.clip_grad:
+                        accelerator.clip_grad_norm_(model.parameters(), cfg.clip_grad)
+                    optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            window_bad = False
+            if consecutive_bad >= cfg.max_bad_steps:
+                last = checkpoint_dirs(output_dir)[-1:] or ["none written yet"]
+                raise SystemExit(
+                    f"{consecutive_bad} non-finite losses in a row at step {state['step']}; stopping. "
+                    f"Last good checkpoint: {last[0]}. Lower lr, keep clip_grad on, or use bf16 instead of fp16."
+                )
+            if ema is not None and consecutive_bad == 0:
+                ema.update(accelerator.unwrap_model(model), step=state["step"])
+            state["step"] += 1
+            scheduler.step_update(num_updates=state["step"])
+            images_seen += images.shape[0] * accelerator.num_processes * cfg.grad_accum_steps
+            progress.update(1)
+            if state["step"] % cfg.log_every == 0:
+                metrics = {"train/loss": loss.item(), "train/lr": optimizer.param_groups[0]["lr"]}
+                progress.set_postfix(loss=f"{loss.item():.3f}")
+                log(metrics)
+            if cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0:
+                save_checkpoint(accelerator, output_dir, state, cfg.keep_checkpoints)
+        else:  # the epoch ran to its end
+            state["epoch"] += 1
+            state["batch_in_epoch"] = 0
+        metrics = evaluate(model, val_loader, accelerator, topk)
+        if ema is not None:
+            metrics.update({f"ema_{k}": v for k, v in evaluate(ema.module, val_loader, accelerator, topk).items()})
+        top1 = metrics["ema_top1" if ema is not None else "top1"]
+        if state["best_top1"] is None or top1 > state["best_top1"]:
+            state["best_top1"], state["best_epoch"] = top1, state["epoch"]
+            export(output_dir / "best", top1)
+        log({f"val/{k}": v for k, v in metrics.items()})
+        accelerator.print(
+            f"epoch {state['epoch']} step {state['step']}: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items())
+        )
+        save_checkpoint(accelerator, output_dir, state, cfg.keep_checkpoints)
+
+    progress.close()
+    export(output_dir, top1)
+    wall = time.perf_counter() - start
+    summary = {
+        "best_top1": state["best_top1"],
+        "best_epoch": state["best_epoch"],
+        "steps": state["step"],
+        "skipped_steps": state["bad_steps"],
+        "train_images_per_s": images_seen / wall,
+        "wall_time_s": wall,
+    }
+    if accelerator.is_main_process:
+        (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        accelerator.print("summary: " + json.dumps(summary))
+    accelerator.end_training()
+    return summary
+
+
+def _has_tensorboard() -> bool:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    main(parse_config())
