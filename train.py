@@ -1,9 +1,9 @@
-"""Train or fine-tune an iris model (or any timm model) with Accelerate.
+"""Train or fine-tune an iris model with Accelerate.
 
     python train.py                                         # embedded default: digits, a few CPU minutes
     python train.py --config configs/cifar10.yaml
     accelerate launch --multi_gpu train.py --config configs/in1k_s.yaml --mixed-precision bf16
-    python train.py --config configs/finetune.yaml --pretrained local-dir:output/digits
+    python train.py --config configs/finetune_cifar10.yaml --pretrained local-dir:output/digits
 
 Every field of `Config` below is a YAML key and a command-line flag (`batch_size` is `--batch-size`);
 the command line wins over the YAML file, which wins over the defaults. `python train.py --help` lists them.
@@ -25,13 +25,15 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import timm
 import torch
 import yaml
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, set_seed
+from accelerate.utils import DataLoaderConfiguration, is_tensorboard_available, set_seed
 from datasets import ClassLabel, Dataset, DatasetDict, load_dataset
 from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 from timm.data import Mixup, create_transform, resolve_data_config
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from timm.optim import create_optimizer_v2
@@ -45,7 +47,7 @@ import iris_timm
 @dataclass
 class Config:
     # model
-    model: str = "iris_pdessm_test"  # any timm model name
+    model: str = "iris_pdessm_test"  # an iris_* model name
     model_kwargs: dict = field(default_factory=lambda: {"stem_stride": 2})  # extra timm.create_model arguments
     pretrained: str | None = None  # hf-hub:ORG/NAME, local-dir:PATH or a .safetensors file
     img_size: int | None = 32  # None: the model's pretrained_cfg input size
@@ -67,7 +69,7 @@ class Config:
     # augmentation (timm transforms) and regularisation
     scale: tuple[float, float] = (0.5, 1.0)  # random-resized-crop area range
     hflip: float = 0.0
-    auto_augment: str | None = None  # e.g. "rand-m9-mstd0.5-inc1" (RandAugment)
+    auto_augment: str | None = None  # e.g. "rand-m9-mstd0.5-inc1-mmax9" (RandAugment)
     reprob: float = 0.0  # random erasing probability
     crop_pct: float | None = 1.0  # eval centre-crop fraction; None: the model's
     mixup: float = 0.0
@@ -179,6 +181,9 @@ def validate(cfg: Config) -> None:
     if not timm.is_model(cfg.model):
         close = difflib.get_close_matches(cfg.model, timm.list_models(), n=3)
         raise SystemExit(f"timm does not know the model {cfg.model!r}. Close names: {close or 'none'}.")
+    if cfg.pretrained is None or cfg.pretrained.endswith(".safetensors"):
+        if not cfg.model.startswith("iris_"):
+            raise SystemExit(f"train.py trains and exports iris models (iris_*), not {cfg.model!r}.")
     if cfg.mixed_precision not in ("no", "bf16", "fp16"):
         raise SystemExit(f"mixed_precision must be no, bf16 or fp16, got {cfg.mixed_precision!r}.")
     for name in ("epochs", "batch_size", "grad_accum_steps", "keep_checkpoints", "log_every", "max_bad_steps"):
@@ -202,7 +207,6 @@ def validate(cfg: Config) -> None:
 
 def digits_dataset() -> DatasetDict:
     """scikit-learn's 1,797 handwritten digits (8x8 grey), shipped inside the package: no download."""
-    import numpy as np
     from PIL import Image
     from sklearn.datasets import load_digits
 
@@ -261,13 +265,16 @@ class SeededTransform(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int):
         example = self.dataset[index]
-        python_state = random.getstate()
+        # timm's transforms draw from Python's, NumPy's and torch's generators: seed all three, then restore them.
+        python_state, numpy_state = random.getstate(), np.random.get_state()
         with torch.random.fork_rng(devices=[]):
-            seed = hash((self.seed, self.epoch, index)) % 2**63
+            seed = hash((self.seed, self.epoch, index)) % 2**32
             random.seed(seed)
+            np.random.seed(seed)
             torch.manual_seed(seed)
             image = self.transform(example[self.image_column].convert("RGB"))
         random.setstate(python_state)
+        np.random.set_state(numpy_state)
         return image, example[self.label_column]
 
 
@@ -320,13 +327,15 @@ def freeze_backbone(model: torch.nn.Module) -> None:
 
 # ----------------------------------------------------------------------------- checkpoints
 
+EMA_WEIGHTS = "ema.safetensors"
+
 
 def checkpoint_dirs(output_dir: Path) -> list[Path]:
     """Complete checkpoints, oldest first. Incomplete ones live under a '.tmp-' name and are ignored."""
     return sorted((output_dir / "checkpoints").glob("step_*"))
 
 
-def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, keep: int) -> None:
+def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, keep: int, ema) -> None:
     """Write the Accelerate state into a temporary folder, then rename it: a crash never leaves a
     half-written checkpoint under a name `--resume auto` would pick."""
     final = output_dir / "checkpoints" / f"step_{state['step']:08d}"
@@ -335,6 +344,9 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, kee
         shutil.rmtree(tmp)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(tmp))
+    if ema is not None and accelerator.is_main_process:  # safetensors, unlike Accelerate's custom objects (pickles)
+        save_file(ema.module.state_dict(), str(tmp / EMA_WEIGHTS))
+    accelerator.wait_for_everyone()  # every process has written its part before the folder is renamed
     if accelerator.is_main_process:
         (tmp / "trainer_state.json").write_text(json.dumps(state))
         if final.exists():
@@ -368,7 +380,7 @@ def main(cfg: Config) -> dict:
     output_dir = Path(cfg.output_dir)
     log_with = cfg.log_with
     if log_with == "auto":
-        log_with = "tensorboard" if _has_tensorboard() else None
+        log_with = "tensorboard" if is_tensorboard_available() else None
     accelerator = Accelerator(
         mixed_precision=cfg.mixed_precision,
         gradient_accumulation_steps=cfg.grad_accum_steps,
@@ -434,9 +446,12 @@ def main(cfg: Config) -> dict:
         layer_decay=cfg.layer_decay,
     )
     model, optimizer, train_loader, val_loader = accelerator.prepare(model, optimizer, train_loader, val_loader)
-    ema = ModelEmaV3(accelerator.unwrap_model(model), decay=cfg.ema_decay) if cfg.ema_decay else None
-    if ema is not None:
-        accelerator.register_for_checkpointing(ema)
+
+    def unwrap(prepared: torch.nn.Module) -> torch.nn.Module:
+        """The plain model under the DDP and torch.compile wrappers."""
+        return accelerator.unwrap_model(prepared, keep_torch_compile=False)
+
+    ema = ModelEmaV3(unwrap(model), decay=cfg.ema_decay) if cfg.ema_decay else None
 
     updates_per_epoch = None if cfg.streaming else math.ceil(len(train_loader) / cfg.grad_accum_steps)
     total_steps = cfg.max_steps or cfg.epochs * updates_per_epoch
@@ -463,12 +478,22 @@ def main(cfg: Config) -> dict:
         criterion = torch.nn.CrossEntropyLoss()
 
     # Resume: weights, optimizer, EMA and RNG from Accelerate's state; position from trainer_state.json.
-    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best_top1": None, "best_epoch": None, "bad_steps": 0}
+    state = {
+        "step": 0,
+        "epoch": 0,
+        "batch_in_epoch": 0,
+        "bad_steps": 0,
+        "top1": None,  # of the latest evaluation
+        "best_top1": None,
+        "best_epoch": None,
+    }
     resume_dir = Path(cfg.resume) if cfg.resume not in (None, "auto") else None
     if cfg.resume == "auto" and checkpoint_dirs(output_dir):
         resume_dir = checkpoint_dirs(output_dir)[-1]
     if resume_dir is not None:
         accelerator.load_state(str(resume_dir))
+        if ema is not None:
+            ema.module.load_state_dict(load_file(str(resume_dir / EMA_WEIGHTS)))
         state = json.loads((resume_dir / "trainer_state.json").read_text())
         accelerator.print(f"Resumed from {resume_dir} at step {state['step']}.")
     if log_with:
@@ -483,7 +508,7 @@ def main(cfg: Config) -> dict:
 
     def export(directory: Path, top1: float) -> None:
         """A Hub-ready folder of the current weights (the EMA's when on), its card recording this run."""
-        final_model = ema.module if ema is not None else accelerator.unwrap_model(model)
+        final_model = ema.module if ema is not None else unwrap(model)
         results = {"dataset": dataset_name(cfg.dataset), "top1": round(top1, 2), "epochs": state["epoch"]}
         results["command"] = "python " + shlex.join(sys.argv)
         if accelerator.is_main_process:
@@ -500,6 +525,9 @@ def main(cfg: Config) -> dict:
             if state["step"] >= total_steps:
                 break
             state["batch_in_epoch"] += 1
+            # Mixup, drop path and dropout draw from generators seeded by the position in the data, so a resumed
+            # run draws exactly what an uninterrupted one would (and each process draws differently).
+            set_seed(hash((cfg.seed, state["epoch"], state["batch_in_epoch"])) % 2**32, device_specific=True)
             if mixup is not None:
                 images, targets = mixup(images, targets)
             if cfg.channels_last:
@@ -530,7 +558,7 @@ def main(cfg: Config) -> dict:
                     f"Last good checkpoint: {last[0]}. Lower lr, keep clip_grad on, or use bf16 instead of fp16."
                 )
             if ema is not None and consecutive_bad == 0:
-                ema.update(accelerator.unwrap_model(model), step=state["step"])
+                ema.update(unwrap(model), step=state["step"])
             state["step"] += 1
             scheduler.step_update(num_updates=state["step"])
             images_seen += images.shape[0] * accelerator.num_processes * cfg.grad_accum_steps
@@ -540,14 +568,14 @@ def main(cfg: Config) -> dict:
                 progress.set_postfix(loss=f"{loss.item():.3f}")
                 log(metrics)
             if cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0:
-                save_checkpoint(accelerator, output_dir, state, cfg.keep_checkpoints)
+                save_checkpoint(accelerator, output_dir, state, cfg.keep_checkpoints, ema)
         else:  # the epoch ran to its end
             state["epoch"] += 1
             state["batch_in_epoch"] = 0
         metrics = evaluate(model, val_loader, accelerator, topk)
         if ema is not None:
             metrics.update({f"ema_{k}": v for k, v in evaluate(ema.module, val_loader, accelerator, topk).items()})
-        top1 = metrics["ema_top1" if ema is not None else "top1"]
+        state["top1"] = top1 = metrics["ema_top1" if ema is not None else "top1"]
         if state["best_top1"] is None or top1 > state["best_top1"]:
             state["best_top1"], state["best_epoch"] = top1, state["epoch"]
             export(output_dir / "best", top1)
@@ -555,10 +583,10 @@ def main(cfg: Config) -> dict:
         accelerator.print(
             f"epoch {state['epoch']} step {state['step']}: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items())
         )
-        save_checkpoint(accelerator, output_dir, state, cfg.keep_checkpoints)
+        save_checkpoint(accelerator, output_dir, state, cfg.keep_checkpoints, ema)
 
     progress.close()
-    export(output_dir, top1)
+    export(output_dir, state["top1"])
     wall = time.perf_counter() - start
     summary = {
         "best_top1": state["best_top1"],
@@ -569,18 +597,12 @@ def main(cfg: Config) -> dict:
         "wall_time_s": wall,
     }
     if accelerator.is_main_process:
-        (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        partial = output_dir / "summary.json.partial"  # renamed when complete: never read half-written
+        partial.write_text(json.dumps(summary, indent=2))
+        os.replace(partial, output_dir / "summary.json")
         accelerator.print("summary: " + json.dumps(summary))
     accelerator.end_training()
     return summary
-
-
-def _has_tensorboard() -> bool:
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ def to_onnx(
     model: torch.nn.Module, path: str | Path, input_size: Sequence[int], batch_size: int = 1
 ) -> torch.onnx.ONNXProgram:
     """Export ``model`` (in eval mode) for inputs of ``(batch_size, *input_size)`` to the ONNX file ``path``."""
-    example = torch.zeros(batch_size, *input_size)
+    param = next(model.parameters())
+    example = torch.zeros(batch_size, *input_size, device=param.device, dtype=param.dtype)
     with dft_everywhere(model.eval()), torch.no_grad():
         program = torch.onnx.export(model, (example,), dynamo=True)
     # Written beside the target and renamed when complete: a crash never leaves a truncated model at `path`.

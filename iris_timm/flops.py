@@ -82,7 +82,9 @@ _FFT_AWARE_FORMULAS = {
 @torch.no_grad()
 def count_macs(model: torch.nn.Module, input_size: Sequence[int], device: str | torch.device = "cpu") -> int:
     """Multiply-accumulates of one forward pass on one image of ``input_size`` (C, H, W)."""
-    x = torch.zeros(1, *input_size, device=device)
+    param = next(model.parameters(), None)
+    dtype = param.dtype if param is not None else torch.float32
+    x = torch.zeros(1, *input_size, device=device, dtype=dtype)
     with FlopCounterMode(display=False, custom_mapping=_FFT_AWARE_FORMULAS) as counter:
         model.eval()(x)
     return counter.get_total_flops() // 2

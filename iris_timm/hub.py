@@ -277,11 +277,13 @@ def _read_shapes(path: Path) -> dict[str, tuple[int, ...]]:
         ) from e
 
 
-def _model_shapes(model_name: str, config_path: Path, config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+def _model_shapes(
+    model_name: str, config_path: Path, config: dict[str, Any], cache_dir: str | os.PathLike | None
+) -> dict[str, tuple[int, ...]]:
     """Tensor shapes of the model ``config.json`` describes, built by timm on the meta device (no memory, no init)."""
     try:
         with torch.device("meta"):
-            model = timm.create_model(model_name)
+            model = timm.create_model(model_name, cache_dir=cache_dir)
     except (TypeError, ValueError) as e:
         raise ValueError(
             f"{config_path}: timm cannot build {config['architecture']!r} with model_args "
@@ -290,12 +292,12 @@ def _model_shapes(model_name: str, config_path: Path, config: dict[str, Any]) ->
     return {key: tuple(tensor.shape) for key, tensor in model.state_dict().items()}
 
 
-def _check_weights(weights_path: Path, config_path: Path, model_name: str) -> None:
+def _check_weights(weights_path: Path, config_path: Path, model_name: str, cache_dir: str | os.PathLike | None) -> None:
     """Raise unless ``weights_path`` holds exactly the tensors, with their shapes, of the model ``config_path``
     describes."""
     config = _read_config(config_path)
     found = _read_shapes(weights_path)
-    expected = _model_shapes(model_name, config_path, config)
+    expected = _model_shapes(model_name, config_path, config, cache_dir)
     problems = [f"{key} is missing" for key in sorted(expected.keys() - found.keys())]
     problems += [f"{key} is not in the model" for key in sorted(found.keys() - expected.keys())]
     problems += [
@@ -348,5 +350,5 @@ def from_pretrained(
         config_path, weights_path = _hub_files(location, cache_dir)
         # Pinned to the commit the checked files came from.
         model_name = f"hf-hub:{hf_split(location)[0]}@{config_path.parent.name}"
-    _check_weights(weights_path, config_path, model_name)
+    _check_weights(weights_path, config_path, model_name, cache_dir)
     return timm.create_model(model_name, pretrained=True, cache_dir=cache_dir, **kwargs)

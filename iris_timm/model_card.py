@@ -266,12 +266,13 @@ def model_card(
 
 
 def variant_card(name: str, training_results: TrainingResults | None = None) -> ModelCard:
-    """The card of a registered variant, under its hub id (``iris-timm/<name>`` until its config declares one)."""
+    """The card of a registered variant, under its hub id: the config's, else ``iris-timm/<name>.in1k``, where the
+    scheme ``iris-timm/<model>.<tag>`` puts its ImageNet-1k weights."""
     model = timm.create_model(name)
     hf_hub_id = model.pretrained_cfg.get("hf_hub_id")
     return model_card(
         model,
-        f"hf-hub:{hf_hub_id or f'{HUB_ORG}/{name}'}",
+        f"hf-hub:{hf_hub_id or f'{HUB_ORG}/{name}.in1k'}",
         training_results,
         weights_published=bool(hf_hub_id),
     )

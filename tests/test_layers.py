@@ -15,7 +15,8 @@ from iris_timm.layers import (
     TokenDifferential,
 )
 
-SEED_FILE = Path(__file__).resolve().parents[2] / "shared" / "seed" / "pde_ssm.py"
+# The original block, kept beside the project checkout.
+ORIGINAL_FILE = Path(__file__).resolve().parents[2] / "shared" / "seed" / "pde_ssm.py"
 # Even, odd, non-square and degenerate grids.
 GRIDS = [(8, 8), (7, 9), (6, 11), (1, 1), (1, 6), (5, 1), (2, 3)]
 
@@ -213,30 +214,30 @@ def test_fourier_math_runs_in_float32_under_autocast(dtype):
 
 
 @pytest.fixture(scope="module")
-def seed():
-    if not SEED_FILE.exists():
-        pytest.skip(f"the original block is not at {SEED_FILE}")
-    spec = importlib.util.spec_from_file_location("seed_pde_ssm", SEED_FILE)
+def original_block():
+    if not ORIGINAL_FILE.exists():
+        pytest.skip(f"the original block is not at {ORIGINAL_FILE}")
+    spec = importlib.util.spec_from_file_location("original_pde_ssm", ORIGINAL_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 @pytest.mark.parametrize("grid", [(6, 6), (7, 9), (8, 11), (12, 6)])
-def test_spectral_conv_matches_the_original_where_it_was_correct(seed, grid):
+def test_spectral_conv_matches_the_original_where_it_was_correct(original_block, grid):
     """The original is correct on grids of at least 2 * modes rows; the weights load unchanged."""
     torch.manual_seed(0)
-    original = seed.SpectralConv2d(5, 3, 3)
+    original = original_block.SpectralConv2d(5, 3, 3)
     ours = SpectralConv2d(5, 3, 3)
     ours.load_state_dict(original.state_dict())
     x = torch.randn(2, 5, *grid)
     torch.testing.assert_close(ours(x), original(x), rtol=1e-5, atol=1e-6)
 
 
-def test_spectral_conv_fixes_overlapping_modes(seed):
+def test_spectral_conv_fixes_overlapping_modes(original_block):
     """On 3 rows with 2 modes the original writes frequency -1 over +1; each mode is now used once."""
     torch.manual_seed(0)
-    original = seed.SpectralConv2d(2, 2, 2)
+    original = original_block.SpectralConv2d(2, 2, 2)
     ours = SpectralConv2d(2, 2, 2)
     ours.load_state_dict(original.state_dict())
     x = torch.randn(1, 2, 3, 4)
@@ -245,8 +246,8 @@ def test_spectral_conv_fixes_overlapping_modes(seed):
     assert not np.allclose(original(x).detach().numpy(), expected, atol=1e-3)
 
 
-def test_token_differential_global_matches_the_original(seed):
-    original = seed.TokenDifferential(4)
+def test_token_differential_global_matches_the_original(original_block):
+    original = original_block.TokenDifferential(4)
     with torch.no_grad():
         original.alpha.normal_()
     ours = TokenDifferential(4, kernel_size=None)
@@ -256,9 +257,9 @@ def test_token_differential_global_matches_the_original(seed):
 
 
 @pytest.mark.parametrize(("spatial_size", "grid"), [(4, (4, 4)), (8, (8, 8)), (8, (9, 11)), (6, (7, 6))])
-def test_block_matches_the_original_and_loads_its_state_dict(seed, spatial_size, grid):
+def test_block_matches_the_original_and_loads_its_state_dict(original_block, spatial_size, grid):
     torch.manual_seed(0)
-    original = seed.PDESSMBlock(16, spatial_size)
+    original = original_block.PDESSMBlock(16, spatial_size)
     with torch.no_grad():
         original.token_diff.alpha.normal_()
     ours = PDESSMBlock(16, spatial_size, operator="spectral", token_diff="global")

@@ -120,16 +120,8 @@ def test_embedded_default_trains_evaluates_and_exports(tmp_path):
 
 def test_two_processes_train_and_evaluate(tmp_path):
     out = tmp_path / "ddp"
-    launch = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--cpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-    ]
+    accelerate = str(Path(sys.executable).with_name("accelerate"))  # the console script beside this Python
+    launch = [accelerate, "launch", "--cpu", "--num_processes", "2", "--num_machines", "1"]
     result = subprocess.run(
         [*launch, "--mixed_precision", "no", "--dynamo_backend", "no", "train.py", *SMOKE, "--output-dir", str(out)],
         cwd=ROOT,
@@ -147,8 +139,10 @@ def test_two_processes_train_and_evaluate(tmp_path):
 
 
 def test_killed_and_resumed_run_ends_with_the_same_weights(tmp_path):
-    # 13 batches an epoch: the run crosses an epoch boundary, and the kill lands mid-epoch.
+    # 13 batches an epoch: the run crosses an epoch boundary, and the kill lands mid-epoch. RandAugment (NumPy's
+    # generator), dropout-like drop path (torch's) and the EMA (exported in place of the weights) must all resume.
     common = [*SMOKE, "--max-steps", "16", "--batch-size", "128", "--checkpoint-every", "3", "--keep-checkpoints", "3"]
+    common += ["--auto-augment", "rand-m9-mstd0.5-inc1-mmax9", "--drop-path", "0.1", "--ema-decay", "0.9"]
     run(*common, "--output-dir", str(tmp_path / "whole"))
 
     interrupted = tmp_path / "interrupted"

@@ -99,7 +99,7 @@ class PDESSMMixer(nn.Module):
 
 
 # Keys of the original block's state dict, and where they live here.
-_SEED_KEYS = {
+_ORIGINAL_KEYS = {
     "spectral.": "mixer.operator.",
     "local_conv.": "mixer.local.",
     "token_diff.": "mixer.token_diff.",
@@ -107,10 +107,10 @@ _SEED_KEYS = {
 }
 
 
-def _load_seed_keys(module, state_dict, prefix, *args) -> None:
+def _load_original_keys(module, state_dict, prefix, *args) -> None:
     """Let a state dict of the original block load: rename its keys and reshape its 1x1-conv
     weight and token-differential alpha to this block's channels-last layout."""
-    for old, new in _SEED_KEYS.items():
+    for old, new in _ORIGINAL_KEYS.items():
         for key in [k for k in state_dict if k.startswith(prefix + old)]:
             value = state_dict.pop(key)
             if key == prefix + "local_conv.weight":
@@ -160,7 +160,7 @@ class PDESSMBlock(nn.Module):
             token_diff=token_diff,
             **dd,
         )
-        self.register_load_state_dict_pre_hook(_load_seed_keys)
+        self.register_load_state_dict_pre_hook(_load_original_keys)
 
     def forward(self, x: torch.Tensor, H: int, W: int) -> torch.Tensor:
         if x.ndim != 3 or x.shape[1] != H * W:
