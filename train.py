@@ -316,7 +316,13 @@ def create_model(cfg: Config, num_classes: int) -> torch.nn.Module:
         overlay = {"file": cfg.pretrained, "num_classes": file_classes}
         return timm.create_model(cfg.model, pretrained=True, pretrained_cfg_overlay=overlay, **kwargs)
     # hf-hub: / local-dir: folders carry their own architecture and model_args.
-    return iris_timm.from_pretrained(cfg.pretrained, num_classes=num_classes, drop_path_rate=cfg.drop_path)
+    model = iris_timm.from_pretrained(cfg.pretrained, num_classes=num_classes, drop_path_rate=cfg.drop_path)
+    if model.pretrained_cfg["architecture"] != cfg.model or cfg.model_kwargs:
+        print(
+            f"Note: {cfg.pretrained} brings its own architecture ({model.pretrained_cfg['architecture']}) and "
+            f"model arguments; the recipe's model ({cfg.model}, {cfg.model_kwargs}) is not used."
+        )
+    return model
 
 
 def freeze_backbone(model: torch.nn.Module) -> None:

@@ -65,14 +65,9 @@ def _peak_rss_bytes() -> int:
 
 
 def _build(name: str, size: int, device: torch.device, dtype: torch.dtype, channels_last: bool) -> torch.nn.Module:
-    import timm
+    from iris_timm.summary import create_model_for_size  # importing iris_timm registers the iris_* models
 
-    import iris_timm  # noqa: F401  (registers the iris_* models)
-
-    # ViTs and Swin are built for one input size; they are rebuilt for the size asked.
-    fixed = timm.get_pretrained_cfg_value(name, "fixed_input_size")
-    model = timm.create_model(name, **({"img_size": size} if fixed else {}))
-    model = model.to(device=device, dtype=dtype)
+    model = create_model_for_size(name, size).to(device=device, dtype=dtype)
     return model.to(memory_format=torch.channels_last) if channels_last else model
 
 

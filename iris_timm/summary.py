@@ -7,9 +7,16 @@ python -m iris_timm.summary iris_pdessm_s convnext_tiny --img-size 384
 import argparse
 
 import timm
+import torch
 
 import iris_timm  # noqa: F401  (registers the iris_* models)
 from iris_timm.flops import count_macs, count_params
+
+
+def create_model_for_size(name: str, img_size: int) -> torch.nn.Module:
+    """``timm.create_model(name)``; models built for one input size (ViTs, Swin) are built for ``img_size``."""
+    fixed = timm.get_pretrained_cfg_value(name, "fixed_input_size")
+    return timm.create_model(name, **({"img_size": img_size} if fixed else {}))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -21,9 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     names = args.models or timm.list_models("iris_*")
     print(f"{'model':<28} {'params (M)':>11} {f'GMACs @ {args.img_size}':>12}")
     for name in names:
-        # Models built for one input size (ViTs, Swin) are rebuilt for the size asked.
-        fixed = timm.get_pretrained_cfg_value(name, "fixed_input_size")
-        model = timm.create_model(name, **({"img_size": args.img_size} if fixed else {}))
+        model = create_model_for_size(name, args.img_size)
         macs = count_macs(model, (3, args.img_size, args.img_size))
         print(f"{name:<28} {count_params(model) / 1e6:>11.2f} {macs / 1e9:>12.2f}")
 
