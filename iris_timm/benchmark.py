@@ -19,6 +19,7 @@ another and a model that fails at a size (out of memory, a fixed input size) is 
 import argparse
 import json
 import math
+import os
 import platform
 import resource
 import statistics
@@ -355,7 +356,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"command": " ".join(["python -m iris_timm.benchmark", *(argv or sys.argv[1:])]), "setting": setting}
     meta["machine"] = f"{platform.processor() or platform.machine()} {platform.platform()}"
-    (args.out / "benchmark.json").write_text(json.dumps({**meta, "records": records, "targets": targets}, indent=1))
+    partial = args.out / "benchmark.json.partial"  # renamed when complete: never read half-written
+    partial.write_text(json.dumps({**meta, "records": records, "targets": targets}, indent=1))
+    os.replace(partial, args.out / "benchmark.json")
     if not args.no_plot:
         _plot(records, args.out / "benchmark.png", setting)
     print(f"\nwrote {args.out / 'benchmark.json'}" + ("" if args.no_plot else f" and {args.out / 'benchmark.png'}"))
