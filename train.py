@@ -4,9 +4,11 @@
     python train.py --config configs/cifar10.yaml
     accelerate launch --multi_gpu train.py --config configs/in1k_s.yaml --mixed-precision bf16
     python train.py --config configs/finetune_cifar10.yaml --pretrained local-dir:output/digits
+    python train.py --config configs/cifar10_cpu_resnet.yaml --seed 1 --output-dir output/cifar10_cpu/resnet/seed1
 
 Every field of `Config` below is a YAML key and a command-line flag (`batch_size` is `--batch-size`);
 the command line wins over the YAML file, which wins over the defaults. `python train.py --help` lists them.
+A YAML file may name a `base:` recipe (a path relative to itself) whose values it overrides.
 """
 
 import argparse
@@ -19,6 +21,7 @@ import random
 import shlex
 import shutil
 import sys
+import tempfile
 import time
 import types
 import typing
@@ -30,14 +33,16 @@ import timm
 import torch
 import yaml
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, is_tensorboard_available, set_seed
+from accelerate.utils import DataLoaderConfiguration, broadcast_object_list, is_tensorboard_available, set_seed
 from datasets import ClassLabel, Dataset, DatasetDict, load_dataset
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from timm.data import Mixup, create_transform, resolve_data_config
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+from timm.models import save_for_hf
 from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
+from timm.scheduler.scheduler import Scheduler
 from timm.utils import ModelEmaV3
 from tqdm.auto import tqdm
 
@@ -47,7 +52,7 @@ import iris_timm
 @dataclass
 class Config:
     # model
-    model: str = "iris_pdessm_test"  # an iris_* model name
+    model: str = "iris_pdessm_test"  # a timm model name; iris_* models export with their model card
     model_kwargs: dict = field(default_factory=lambda: {"stem_stride": 2})  # extra timm.create_model arguments
     pretrained: str | None = None  # hf-hub:ORG/NAME, local-dir:PATH or a .safetensors file
     img_size: int | None = 32  # None: the model's pretrained_cfg input size
@@ -56,6 +61,7 @@ class Config:
     grad_checkpointing: bool = False
     channels_last: bool = False
     compile: bool = False
+    num_threads: int | None = None  # torch's CPU threads per process; None: torch's default (OMP_NUM_THREADS)
     # data
     dataset: str = "digits"  # "digits" (ships with scikit-learn), a Hub name, Parquet file/folder or image folder
     dataset_config: str | None = None
@@ -78,6 +84,7 @@ class Config:
     # optimisation (timm optimizer and scheduler factories)
     epochs: int = 8
     max_steps: int | None = None  # stop after this many optimizer updates (overrides epochs)
+    time_budget_s: float | None = None  # train about this long (evaluation excluded); see fit_to_budget
     batch_size: int = 64  # per process
     grad_accum_steps: int = 1
     opt: str = "adamw"
@@ -98,6 +105,7 @@ class Config:
     checkpoint_every: int | None = None  # steps; a checkpoint is also written after each epoch
     keep_checkpoints: int = 2
     log_every: int = 10
+    eval_every_s: float | None = None  # also evaluate after each this many seconds of training (accuracy vs time)
     max_bad_steps: int = 5  # stop after this many non-finite losses in a row
     log_with: str | None = "auto"  # Accelerate tracker ("tensorboard", ...), "auto": TensorBoard if installed
 
@@ -150,6 +158,25 @@ def coerce(name: str, value):
         raise SystemExit(f"Config key {name!r} expects {annotation}, got {value!r}.") from None
 
 
+def read_recipe(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    """A YAML recipe's values, over those of the `base:` recipe it names (relative to itself), recursively."""
+    if not path.is_file():
+        raise SystemExit(f"Config file {path} does not exist.")
+    chain = (*chain, path)
+    if path.resolve() in {p.resolve() for p in chain[:-1]}:
+        raise SystemExit(f"Config files name each other as base in a cycle: {' -> '.join(map(str, chain))}.")
+    values = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(values, dict):
+        raise SystemExit(f"Config file {path} must hold `key: value` lines, not {type(values).__name__}.")
+    base = values.pop("base", None)
+    check_keys(values, str(path))
+    if base is None:
+        return values
+    if not isinstance(base, str):
+        raise SystemExit(f"Config file {path}: base must be the path of another recipe, got {base!r}.")
+    return read_recipe(path.parent / base, chain) | values
+
+
 def parse_config(argv: list[str] | None = None) -> Config:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="YAML recipe (see configs/)")
@@ -166,12 +193,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         check_keys([u.lstrip("-").split("=")[0].replace("-", "_") for u in unknown], "the command line")
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
 
-    values = {}
-    if args.config:
-        if not Path(args.config).is_file():
-            raise SystemExit(f"Config file {args.config} does not exist.")
-        values = yaml.safe_load(Path(args.config).read_text()) or {}
-        check_keys(values, args.config)
+    values = read_recipe(Path(args.config)) if args.config else {}
     values.update({k: v for k, v in vars(args).items() if k != "config"})
     return Config(**{k: coerce(k, v) for k, v in values.items()})
 
@@ -181,21 +203,20 @@ def validate(cfg: Config) -> None:
     if not timm.is_model(cfg.model):
         close = difflib.get_close_matches(cfg.model, timm.list_models(), n=3)
         raise SystemExit(f"timm does not know the model {cfg.model!r}. Close names: {close or 'none'}.")
-    if cfg.pretrained is None or cfg.pretrained.endswith(".safetensors"):
-        if not cfg.model.startswith("iris_"):
-            raise SystemExit(f"train.py trains and exports iris models (iris_*), not {cfg.model!r}.")
     if cfg.mixed_precision not in ("no", "bf16", "fp16"):
         raise SystemExit(f"mixed_precision must be no, bf16 or fp16, got {cfg.mixed_precision!r}.")
     for name in ("epochs", "batch_size", "grad_accum_steps", "keep_checkpoints", "log_every", "max_bad_steps"):
         if getattr(cfg, name) < 1:
             raise SystemExit(f"{name} must be >= 1, got {getattr(cfg, name)}.")
-    for name in ("max_steps", "checkpoint_every"):
+    for name in ("max_steps", "checkpoint_every", "time_budget_s", "eval_every_s", "num_threads"):
         if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
             raise SystemExit(f"{name} must be >= 1 or none, got {getattr(cfg, name)}.")
     if cfg.lr <= 0:
         raise SystemExit(f"lr must be > 0, got {cfg.lr}.")
     if (cfg.mixup > 0 or cfg.cutmix > 0) and cfg.batch_size % 2:
         raise SystemExit(f"mixup/cutmix need an even batch_size, got {cfg.batch_size}.")
+    if cfg.time_budget_s and cfg.max_steps is not None and cfg.max_steps <= PACE_STEPS[1]:
+        raise SystemExit(f"A time budget measures the pace up to step {PACE_STEPS[1]}: max_steps must be larger.")
     if cfg.streaming and cfg.max_steps is None:
         raise SystemExit("A streamed dataset has no length: set max_steps.")
     if cfg.resume not in (None, "auto") and not (Path(cfg.resume) / "trainer_state.json").is_file():
@@ -325,6 +346,17 @@ def create_model(cfg: Config, num_classes: int) -> torch.nn.Module:
     return model
 
 
+def save_timm_folder(model: torch.nn.Module, directory: Path, names: list[str] | None) -> None:
+    """timm's folder (config.json, model.safetensors) for a model other than iris. config.json is the commit
+    point, as in iris_timm.save_pretrained: it is removed first and renamed into place last."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".save-") as tmp:
+        save_for_hf(model, tmp, model_config={"label_names": names} if names else None, safe_serialization=True)
+        (directory / "config.json").unlink(missing_ok=True)
+        for name in ("model.safetensors", "config.json"):
+            os.replace(Path(tmp) / name, directory / name)
+
+
 def freeze_backbone(model: torch.nn.Module) -> None:
     classifier = model.pretrained_cfg["classifier"]
     for name, param in model.named_parameters():
@@ -365,6 +397,24 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, kee
 
 # ----------------------------------------------------------------------------- training
 
+PACE_STEPS = (10, 40)  # a time budget's step count comes from the pace between these steps, after the warm-up
+
+
+def main_process_value(accelerator: Accelerator, value: float) -> float:
+    """The main process's `value` on every process (a no-op for one process)."""
+    if accelerator.num_processes == 1:
+        return value
+    return broadcast_object_list([value])[0]
+
+
+def fit_to_budget(budget_s: float, state: dict, pace_s: float) -> int:
+    """The step count that ends training about `budget_s` seconds in, going on at `pace_s` seconds per step.
+
+    Fixing the count once, rather than stopping when the clock runs out, lets the learning-rate schedule end
+    where the budget does, and keeps a resumed run on the same schedule. It never exceeds the recipe's count."""
+    remaining = max(budget_s - state["train_time_s"], 0.0)
+    return min(state["total_steps"], state["step"] + int(remaining / pace_s))
+
 
 def evaluate(model, loader, accelerator: Accelerator, topk: tuple[int, ...]) -> dict[str, float]:
     """Top-k accuracy (%) over the whole split, gathered from every process without duplicates."""
@@ -397,6 +447,8 @@ def main(cfg: Config) -> dict:
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
     )
     set_seed(cfg.seed)
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / "train_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
@@ -460,17 +512,20 @@ def main(cfg: Config) -> dict:
     ema = ModelEmaV3(unwrap(model), decay=cfg.ema_decay) if cfg.ema_decay else None
 
     updates_per_epoch = None if cfg.streaming else math.ceil(len(train_loader) / cfg.grad_accum_steps)
-    total_steps = cfg.max_steps or cfg.epochs * updates_per_epoch
-    scheduler, _ = create_scheduler_v2(
-        optimizer,
-        sched=cfg.sched,
-        num_epochs=total_steps,
-        warmup_epochs=min(cfg.warmup_steps, total_steps // 2),
-        min_lr=cfg.min_lr,
-        warmup_lr=cfg.lr / 100,
-        step_on_epochs=False,
-        updates_per_epoch=1,  # the schedule is counted in optimizer updates
-    )
+
+    def make_scheduler(total_steps: int) -> Scheduler:
+        scheduler, _ = create_scheduler_v2(
+            optimizer,
+            sched=cfg.sched,
+            num_epochs=total_steps,
+            warmup_epochs=min(cfg.warmup_steps, total_steps // 2),
+            min_lr=cfg.min_lr,
+            warmup_lr=cfg.lr / 100,
+            step_on_epochs=False,
+            updates_per_epoch=1,  # the schedule is counted in optimizer updates
+        )
+        return scheduler
+
     mixup = (
         Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.smoothing, num_classes=num_classes)
         if use_mixup
@@ -488,6 +543,13 @@ def main(cfg: Config) -> dict:
         "step": 0,
         "epoch": 0,
         "batch_in_epoch": 0,
+        "total_steps": cfg.max_steps or cfg.epochs * updates_per_epoch,
+        "budget_fitted": False,  # True once fit_to_budget has fixed total_steps
+        "train_time_s": 0.0,  # evaluation and checkpoints excluded
+        "pace_from_s": None,
+        "images_seen": 0,
+        "last_eval_step": None,
+        "last_eval_s": 0.0,
         "bad_steps": 0,
         "top1": None,  # of the latest evaluation
         "best_top1": None,
@@ -500,8 +562,13 @@ def main(cfg: Config) -> dict:
         accelerator.load_state(str(resume_dir))
         if ema is not None:
             ema.module.load_state_dict(load_file(str(resume_dir / EMA_WEIGHTS)))
-        state = json.loads((resume_dir / "trainer_state.json").read_text())
+        saved = json.loads((resume_dir / "trainer_state.json").read_text())
+        if not saved.get("budget_fitted"):  # the recipe's length, which the command line may have changed
+            saved.pop("total_steps", None)
+        state |= saved
         accelerator.print(f"Resumed from {resume_dir} at step {state['step']}.")
+    scheduler = make_scheduler(state["total_steps"])
+    scheduler.step_update(num_updates=state["step"])  # creating it set the warm-up LR; a resumed run needs its own
     if log_with:
         accelerator.init_trackers("train", config={k: str(v) for k, v in dataclasses.asdict(cfg).items()})
     topk = (1, 5) if num_classes >= 5 else (1,)
@@ -513,22 +580,46 @@ def main(cfg: Config) -> dict:
                 f.write(json.dumps({"step": state["step"], "epoch": state["epoch"], **metrics}) + "\n")
 
     def export(directory: Path, top1: float) -> None:
-        """A Hub-ready folder of the current weights (the EMA's when on), its card recording this run."""
+        """A Hub-ready folder of the current weights (the EMA's when on); an iris model's card records this run."""
         final_model = ema.module if ema is not None else unwrap(model)
+        if not accelerator.is_main_process:
+            return
+        if not isinstance(final_model, iris_timm.IrisPDESSM):
+            save_timm_folder(final_model, directory, names)
+            return
         results = {"dataset": dataset_name(cfg.dataset), "top1": round(top1, 2), "epochs": state["epoch"]}
         results["command"] = "python " + shlex.join(sys.argv)
-        if accelerator.is_main_process:
-            iris_timm.save_pretrained(final_model, directory, label_names=names, training_results=results)
+        iris_timm.save_pretrained(final_model, directory, label_names=names, training_results=results)
+
+    def evaluate_and_checkpoint() -> None:
+        if state["last_eval_step"] == state["step"]:  # evaluated on the clock at this step: only record the epoch
+            save_checkpoint(accelerator, output_dir, state, cfg.keep_checkpoints, ema)
+            return
+        state["last_eval_step"], state["last_eval_s"] = state["step"], state["train_time_s"]
+        metrics = evaluate(model, val_loader, accelerator, topk)
+        if ema is not None:
+            metrics.update({f"ema_{k}": v for k, v in evaluate(ema.module, val_loader, accelerator, topk).items()})
+        state["top1"] = top1 = metrics["ema_top1" if ema is not None else "top1"]
+        if state["best_top1"] is None or top1 > state["best_top1"]:
+            state["best_top1"], state["best_epoch"] = top1, state["epoch"]
+            export(output_dir / "best", top1)
+        log({**{f"val/{k}": v for k, v in metrics.items()}, "train_time_s": round(state["train_time_s"], 2)})
+        accelerator.print(
+            f"epoch {state['epoch']} step {state['step']} ({state['train_time_s']:.0f} s of training): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items())
+        )
+        save_checkpoint(accelerator, output_dir, state, cfg.keep_checkpoints, ema)
 
     model.train()
-    progress = tqdm(total=total_steps, initial=state["step"], disable=not accelerator.is_local_main_process)
-    start, images_seen, consecutive_bad, window_bad = time.perf_counter(), 0, 0, False
-    while state["step"] < total_steps:
+    progress = tqdm(total=state["total_steps"], initial=state["step"], disable=not accelerator.is_local_main_process)
+    start, consecutive_bad, window_bad = time.perf_counter(), 0, False
+    mark = time.perf_counter()  # training time accrues from here; evaluations and checkpoints move the mark
+    while state["step"] < state["total_steps"]:
         train_loader.set_epoch(state["epoch"])  # seeds this epoch's shuffle
         train_set.set_epoch(state["epoch"])  # and its augmentation
         epoch_loader = accelerator.skip_first_batches(train_loader, state["batch_in_epoch"])
         for images, targets in epoch_loader:
-            if state["step"] >= total_steps:
+            if state["step"] >= state["total_steps"]:
                 break
             state["batch_in_epoch"] += 1
             # Mixup, drop path and dropout draw from generators seeded by the position in the data, so a resumed
@@ -566,8 +657,22 @@ def main(cfg: Config) -> dict:
             if ema is not None and consecutive_bad == 0:
                 ema.update(unwrap(model), step=state["step"])
             state["step"] += 1
+            now = time.perf_counter()
+            state["train_time_s"] += now - mark
+            mark = now
+            if cfg.time_budget_s or cfg.eval_every_s:  # every process must stop and evaluate at the same step
+                state["train_time_s"] = main_process_value(accelerator, state["train_time_s"])
+            if cfg.time_budget_s and state["step"] == PACE_STEPS[0]:
+                state["pace_from_s"] = state["train_time_s"]
+            if cfg.time_budget_s and state["step"] == PACE_STEPS[1] and state["pace_from_s"] is not None:
+                pace = (state["train_time_s"] - state["pace_from_s"]) / (PACE_STEPS[1] - PACE_STEPS[0])
+                state["total_steps"] = fit_to_budget(cfg.time_budget_s, state, pace)
+                state["budget_fitted"] = True
+                scheduler = make_scheduler(state["total_steps"])
+                progress.total = state["total_steps"]
+                accelerator.print(f"{pace:.3f} s per step: {state['total_steps']} steps fit the time budget.")
             scheduler.step_update(num_updates=state["step"])
-            images_seen += images.shape[0] * accelerator.num_processes * cfg.grad_accum_steps
+            state["images_seen"] += images.shape[0] * accelerator.num_processes * cfg.grad_accum_steps
             progress.update(1)
             if state["step"] % cfg.log_every == 0:
                 metrics = {"train/loss": loss.item(), "train/lr": optimizer.param_groups[0]["lr"]}
@@ -575,32 +680,35 @@ def main(cfg: Config) -> dict:
                 log(metrics)
             if cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0:
                 save_checkpoint(accelerator, output_dir, state, cfg.keep_checkpoints, ema)
+                mark = time.perf_counter()
+            # Due when the clock has passed a multiple of eval_every_s since the last evaluation.
+            every = cfg.eval_every_s
+            due = every and state["train_time_s"] // every > state["last_eval_s"] // every
+            if due and state["step"] < state["total_steps"]:  # the last step is evaluated below
+                evaluate_and_checkpoint()
+                mark = time.perf_counter()
         else:  # the epoch ran to its end
             state["epoch"] += 1
             state["batch_in_epoch"] = 0
-        metrics = evaluate(model, val_loader, accelerator, topk)
-        if ema is not None:
-            metrics.update({f"ema_{k}": v for k, v in evaluate(ema.module, val_loader, accelerator, topk).items()})
-        state["top1"] = top1 = metrics["ema_top1" if ema is not None else "top1"]
-        if state["best_top1"] is None or top1 > state["best_top1"]:
-            state["best_top1"], state["best_epoch"] = top1, state["epoch"]
-            export(output_dir / "best", top1)
-        log({f"val/{k}": v for k, v in metrics.items()})
-        accelerator.print(
-            f"epoch {state['epoch']} step {state['step']}: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items())
-        )
-        save_checkpoint(accelerator, output_dir, state, cfg.keep_checkpoints, ema)
+        evaluate_and_checkpoint()
+        mark = time.perf_counter()
 
     progress.close()
     export(output_dir, state["top1"])
     wall = time.perf_counter() - start
     summary = {
+        "top1": state["top1"],
         "best_top1": state["best_top1"],
         "best_epoch": state["best_epoch"],
         "steps": state["step"],
+        "epochs": state["step"] / updates_per_epoch if updates_per_epoch else None,
         "skipped_steps": state["bad_steps"],
-        "train_images_per_s": images_seen / wall,
+        "params": sum(p.numel() for p in unwrap(model).parameters()),
+        "train_images_per_s": state["images_seen"] / max(state["train_time_s"], 1e-9),
+        "train_time_s": state["train_time_s"],
         "wall_time_s": wall,
+        "threads": torch.get_num_threads(),
+        "command": "python " + shlex.join(sys.argv),
     }
     if accelerator.is_main_process:
         partial = output_dir / "summary.json.partial"  # renamed when complete: never read half-written

@@ -1,7 +1,9 @@
 """train.py end to end on CPU: the embedded default, two processes, kill and resume, fine-tuning, errors."""
 
+import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -62,6 +64,28 @@ def test_command_line_overrides_the_recipe():
     assert train.parse_config(["--checkpoint-every", "none"]).checkpoint_every is None
 
 
+def test_a_recipe_overrides_its_base_and_the_command_line_overrides_both(tmp_path):
+    (tmp_path / "base.yaml").write_text("batch_size: 8\nlr: 0.1\nmodel_kwargs: {stem_stride: 2}\n")
+    (tmp_path / "child.yaml").write_text("base: base.yaml\nlr: 0.2\nmodel_kwargs: {}\n")
+    cfg = train.parse_config(["--config", str(tmp_path / "child.yaml")])
+    assert (cfg.batch_size, cfg.lr, cfg.model_kwargs) == (8, 0.2, {})
+    assert train.parse_config(["--config", str(tmp_path / "child.yaml"), "--lr", "0.3"]).lr == 0.3
+
+
+def test_a_recipe_that_is_its_own_base_fails(tmp_path):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(SystemExit, match=r"name each other as base in a cycle: .*a\.yaml -> .*b\.yaml -> .*a\.yaml"):
+        train.parse_config(["--config", str(tmp_path / "a.yaml")])
+
+
+def test_fit_to_budget_counts_the_steps_left_at_the_measured_pace():
+    state = {"step": 40, "train_time_s": 10.0, "total_steps": 1000}
+    assert train.fit_to_budget(100.0, state, 0.5) == 220
+    assert train.fit_to_budget(100.0, dict(state, total_steps=100), 0.5) == 100  # never beyond the recipe
+    assert train.fit_to_budget(5.0, state, 0.5) == 40  # the budget is already spent
+
+
 @pytest.mark.parametrize(
     ("argv", "yaml_text", "message"),
     [
@@ -92,6 +116,7 @@ def test_config_errors_name_the_key(tmp_path, argv, yaml_text, message):
         (["--mixed-precision", "fp8"], r"mixed_precision must be no, bf16 or fp16, got 'fp8'"),
         (["--lr", "0"], r"lr must be > 0"),
         (["--resume", "/nonexistent"], r"resume: /nonexistent is not a checkpoint folder"),
+        (["--time-budget-s", "0"], r"time_budget_s must be >= 1 or none, got 0\.0"),
     ],
 )
 def test_bad_values_fail_before_training(tmp_path, argv, message):
@@ -116,6 +141,36 @@ def test_embedded_default_trains_evaluates_and_exports(tmp_path):
     torch.testing.assert_close(model.state_dict()["head.fc.weight"], weights["head.fc.weight"])
     val_metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "val/top1" in line]
     assert val_metrics and val_metrics[-1]["val/top1"] == summary["best_top1"]
+
+
+def test_a_time_budget_fixes_the_step_count_and_evaluations_record_the_training_time(tmp_path):
+    out = tmp_path / "budget"
+    budget = ["--max-steps", "none", "--epochs", "50", "--time-budget-s", "4", "--eval-every-s", "1"]
+    result = run(*SMOKE, *budget, "--output-dir", str(out))
+    summary = json.loads((out / "summary.json").read_text())
+    fitted = re.search(r"s per step: (\d+) steps fit the time budget", result.stdout)
+    assert fitted, result.stdout[-2000:]
+    assert summary["steps"] == int(fitted.group(1)) >= train.PACE_STEPS[1]
+    assert summary["steps"] < 50 * 102  # far fewer than the recipe's 50 epochs of 102 steps
+    val = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "val/top1" in line]
+    assert len(val) >= 4  # one a second, and one after the last step
+    assert all(a["step"] < b["step"] and a["train_time_s"] < b["train_time_s"] for a, b in itertools.pairwise(val))
+    assert val[-1]["step"] == summary["steps"] and val[-1]["train_time_s"] == round(summary["train_time_s"], 2)
+
+
+def test_a_timm_peer_trains_and_exports_a_timm_folder(tmp_path):
+    out = tmp_path / "peer"
+    run(*SMOKE, "--model", "test_convnext", "--model-kwargs", "{}", "--output-dir", str(out))
+    assert sorted(p.name for p in out.iterdir() if p.suffix in (".json", ".safetensors", ".md")) == [
+        "config.json",
+        "model.safetensors",
+        "summary.json",
+    ]
+    assert json.loads((out / "config.json").read_text())["label_names"] == [str(i) for i in range(10)]
+    model = timm.create_model(f"local-dir:{out}", pretrained=True)
+    assert type(model).__name__ == "ConvNeXt" and model.num_classes == 10
+    weights = load_file(out / "model.safetensors")
+    torch.testing.assert_close(model.state_dict()["head.fc.weight"], weights["head.fc.weight"])
 
 
 def test_two_processes_train_and_evaluate(tmp_path):

@@ -1,0 +1,313 @@
+"""The results table and pictures of a CIFAR-10 study, rebuilt from train.py's run folders.
+
+    python -m iris_timm.study --runs output/cifar10_cpu --out model_cards/cifar10
+
+A run is a folder ``<runs>/<configuration>/seed<N>`` written by ``train.py --output-dir``: it holds
+``train_config.yaml``, ``metrics.jsonl`` and ``summary.json``. Runs without ``summary.json`` (unfinished) are
+skipped and named. Written to ``--out``:
+
+- ``results.md``: per configuration, the model, parameters, steps, training images/s and seconds, and the final
+  validation top-1 as mean ± sample standard deviation over seeds (most accurate first), then the command of
+  every run;
+- ``accuracy_vs_time.png``: validation top-1 against seconds of training, one line per run;
+- ``pde_coefficients.png`` and ``pde_kernels.png``, from the exported weights of ``--pde-run`` (by default the
+  first seed of ``iris``): what the convection–diffusion–reaction operators learned, stage by stage.
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch import nn
+
+from .hub import from_pretrained
+from .layers import ConvectionDiffusionReaction2d
+
+__all__ = ["Run", "effective_kernels", "load_runs", "pde_operators", "report", "results_table", "summarize"]
+
+
+@dataclass
+class Run:
+    configuration: str
+    seed: str
+    config: dict[str, Any]  # train_config.yaml
+    summary: dict[str, Any]  # summary.json
+    curve: list[tuple[float, float]]  # (seconds of training, validation top-1) at each evaluation
+    folder: Path
+
+
+def load_runs(root: Path) -> list[Run]:
+    """Every finished run under ``root/<configuration>/<seed>``, sorted; unfinished ones are reported."""
+    runs = []
+
+    def order(folder: Path) -> tuple:  # seed2 before seed10
+        return folder.parent.name, [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", folder.name)]
+
+    for folder in sorted((p for p in root.glob("*/*") if p.is_dir()), key=order):
+        if not (folder / "summary.json").is_file():
+            print(f"skipped {folder}: no summary.json (the run did not finish)")
+            continue
+        curve = []
+        for line in (folder / "metrics.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            if "val/top1" in record:
+                curve.append((record["train_time_s"], record["val/top1"]))
+        if not curve:
+            raise SystemExit(f"{folder}/metrics.jsonl has no evaluation: is it a train.py run folder?")
+        config = yaml.safe_load((folder / "train_config.yaml").read_text())
+        summary = json.loads((folder / "summary.json").read_text())
+        runs.append(Run(folder.parent.name, folder.name, config, summary, curve, folder))
+    if not runs:
+        raise SystemExit(f"No finished runs under {root}: expected {root}/<configuration>/<seed>/summary.json.")
+    return runs
+
+
+def _mean_std(values: list[float]) -> tuple[float, float | None]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
+def top1_after(run: Run, seconds: float) -> float | None:
+    """Top-1 of the run's first evaluation after ``seconds`` of training; ``None`` if it stopped before."""
+    return next((top1 for time, top1 in run.curve if time >= seconds), None)
+
+
+def summarize(runs: list[Run], at_s: float = 200.0) -> list[dict[str, Any]]:
+    """One row per configuration, most accurate first. Besides the final top-1 (after the budget the run fitted),
+    each row has the top-1 of the first evaluation after ``at_s`` seconds of training, the same time for all."""
+    rows = []
+    for name in sorted({r.configuration for r in runs}):
+        group = [r for r in runs if r.configuration == name]
+        top1, top1_std = _mean_std([r.summary["top1"] for r in group])
+        early = [top1_after(r, at_s) for r in group]
+        top1_at, top1_at_std = _mean_std(early) if None not in early else (None, None)
+        times = [r.summary["train_time_s"] for r in group]
+        rows.append(
+            {
+                "configuration": name,
+                "model": group[0].config["model"],
+                "model_kwargs": group[0].config["model_kwargs"],
+                "params_m": group[0].summary["params"] / 1e6,
+                "seeds": len(group),
+                "steps": statistics.fmean(r.summary["steps"] for r in group),
+                "images_per_s": statistics.fmean(r.summary["train_images_per_s"] for r in group),
+                "train_time_s": (statistics.fmean(times), min(times), max(times)),
+                "at_s": at_s,
+                "top1_at": top1_at,
+                "top1_at_std": top1_at_std,
+                "top1": top1,
+                "top1_std": top1_std,
+                "command": group[0].summary.get("command", ""),
+            }
+        )
+    return sorted(rows, key=lambda row: -row["top1"])
+
+
+def _with_spread(mean: float | None, std: float | None) -> str:
+    if mean is None:
+        return "-"
+    return f"{mean:.2f} ± {std:.2f}" if std is not None else f"{mean:.2f}"
+
+
+def results_table(rows: list[dict[str, Any]]) -> str:
+    """A Markdown table of ``summarize``'s rows."""
+    at_s = f"{rows[0]['at_s']:.0f}" if rows else ""
+    lines = [
+        "| configuration | model | model arguments | params | seeds | steps | train img/s | train s (min–max) | "
+        f"val top-1 after {at_s} s (%) | final val top-1 (%) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        kwargs = ", ".join(f"{k}={v}" for k, v in row["model_kwargs"].items()).replace("|", "/") or "-"
+        time, shortest, longest = row["train_time_s"]
+        lines.append(
+            f"| {row['configuration']} | {row['model']} | {kwargs} | {row['params_m']:.2f}M | {row['seeds']} | "
+            f"{row['steps']:.0f} | {row['images_per_s']:.0f} | {time:.0f} ({shortest:.0f}–{longest:.0f}) | "
+            f"{_with_spread(row['top1_at'], row['top1_at_std'])} | {_with_spread(row['top1'], row['top1_std'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def report(runs: list[Run], runs_folder: Path, out: Path, at_s: float = 200.0) -> str:
+    """``results.md``: the table, then the commands that made every run and the one that rebuilds the report."""
+    commands = "\n".join(r.summary["command"] for r in sorted(runs, key=lambda r: (r.seed, r.configuration)))
+    return (
+        results_table(summarize(runs, at_s))
+        + f"\nTop-1 on the validation split, mean ± sample standard deviation over seeds: at the first evaluation "
+        f"after {at_s:.0f} s of training (the same time for every run), and after the last step of the budget each "
+        f"run fitted. Train s: seconds of training (evaluation excluded) on {_threads(runs)}.\n\n"
+        f"The runs, then the report:\n\n```bash\n{commands}\n"
+        f"python -m iris_timm.study --runs {runs_folder} --out {out}\n```\n"
+    )
+
+
+# ----------------------------------------------------------------------------- what the PDE learned
+
+
+def pde_operators(model: nn.Module) -> dict[int, list[ConvectionDiffusionReaction2d]]:
+    """The PDE operators of an iris model by stage index, in block order."""
+    stages: dict[int, list[ConvectionDiffusionReaction2d]] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, ConvectionDiffusionReaction2d):
+            stages.setdefault(int(name.split(".")[1]), []).append(module)
+    return stages
+
+
+@torch.no_grad()
+def effective_kernels(operator: ConvectionDiffusionReaction2d, size: int) -> torch.Tensor:
+    """The spatial kernel of each head on a ``size x size`` grid: the inverse FFT of the symbol, rolled so the
+    origin sits at ``(size // 2, size // 2)``. Returns ``(heads, size, size)``; the operator's output is the
+    periodic convolution of each channel with its head's kernel."""
+    symbol = operator.symbol(size, size, torch.device("cpu"))  # (H, W // 2 + 1, C) or (C, H, W // 2 + 1)
+    if operator.channels_last:
+        symbol = symbol.permute(2, 0, 1)
+    kernels = torch.fft.irfft2(symbol, s=(size, size))  # (C, size, size)
+    kernels = kernels[:: operator.channels // operator.num_heads]  # one channel per head
+    return kernels.roll((size // 2, size // 2), dims=(-2, -1))
+
+
+def _threads(runs: list[Run]) -> str:
+    counts = sorted({str(r.summary["threads"]) for r in runs if "threads" in r.summary})
+    unrecorded = sum("threads" not in r.summary for r in runs)
+    text = f"{' or '.join(counts) or 'an unrecorded number of'} CPU thread{'' if counts == ['1'] else 's'} per run"
+    return text + (f"; {unrecorded} of {len(runs)} runs did not record it" if counts and unrecorded else "")
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise SystemExit("The pictures need matplotlib: pip install 'iris-timm[bench]'.") from error
+    return plt
+
+
+def _save(fig: Any, path: Path) -> None:
+    partial = path.with_name(path.stem + ".partial" + path.suffix)  # renamed when complete
+    fig.savefig(partial, dpi=120, bbox_inches="tight")
+    os.replace(partial, path)
+
+
+def plot_accuracy_vs_time(runs: list[Run], path: Path) -> None:
+    """Validation top-1 against training seconds, one line per run: the models on the left and, when there are
+    configurations named ``iris_*``, the iris ablations (with ``iris``) on the right."""
+    plt = _pyplot()
+    names = sorted({r.configuration for r in runs})
+    ablations = [n for n in names if n.startswith("iris_")]
+    first = ["iris"] if "iris" in names else []  # the same colour in both panels
+    panels = [("models", first + [n for n in names if n not in ablations and n != "iris"])]
+    if ablations:
+        panels.append(("iris ablations", first + ablations))
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5), squeeze=False, sharey=True)
+    for ax, (title, shown) in zip(axes[0], panels, strict=True):
+        labelled = set()
+        colors = {name: plt.cm.tab10(i % 10) for i, name in enumerate(shown)}
+        for run in sorted((r for r in runs if r.configuration in shown), key=lambda r: shown.index(r.configuration)):
+            times, top1 = zip(*run.curve, strict=True)
+            label = None if run.configuration in labelled else run.configuration
+            labelled.add(run.configuration)
+            ax.plot(times, top1, marker="o", color=colors[run.configuration], label=label, alpha=0.8)
+        ax.set(title=f"{title}: one line per seed", xlabel=f"seconds of training ({_threads(runs)})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0, 0].set_ylabel("val top-1 (%)")
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_pde_coefficients(model: nn.Module, path: Path) -> None:
+    """Per stage: diffusion D (log scale), reaction r, time t and velocity v of every head of every block."""
+    plt = _pyplot()
+    stages = pde_operators(model)
+    fig, axes = plt.subplots(1, 4, figsize=(16, 4))
+
+    def per_stage(get: Callable[[ConvectionDiffusionReaction2d], torch.Tensor]) -> list[list[float]]:
+        return [torch.cat([get(op).detach().float().flatten() for op in ops]).tolist() for ops in stages.values()]
+
+    labels = [f"stage {i}" for i in stages]
+    for ax, (title, get) in zip(
+        axes[:3],
+        [
+            ("diffusion D", lambda op: op.log_diffusion.exp()),
+            ("reaction r", lambda op: op.reaction),
+            ("time t", lambda op: op.log_time.exp()),
+        ],
+        strict=True,
+    ):
+        ax.boxplot(per_stage(get), tick_labels=labels)
+        ax.set_title(title)
+    axes[0].set_yscale("log")
+    for i, ops in stages.items():
+        velocity = torch.cat([op.velocity.detach().float() for op in ops])
+        axes[3].scatter(velocity[:, 0].numpy(), velocity[:, 1].numpy(), s=6, label=f"stage {i}", alpha=0.6)
+    axes[3].set(title="velocity v (rows, columns)", aspect="equal")
+    axes[3].legend(fontsize=8)
+    fig.suptitle("Learned PDE coefficients, all heads of all blocks (content units: the image is the unit square)")
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_pde_kernels(model: nn.Module, path: Path, size: int = 32, heads: int = 6) -> None:
+    """Per stage, the effective spatial kernels of the first block's heads with the smallest to the largest
+    diffusion, on a ``size`` grid over the whole image (the same content units at every stage)."""
+    plt = _pyplot()
+    stages = pde_operators(model)
+    fig, axes = plt.subplots(len(stages), heads, figsize=(2 * heads, 2.1 * len(stages)), squeeze=False)
+    for row, (i, ops) in zip(axes, stages.items(), strict=True):
+        operator = ops[0]
+        order = operator.log_diffusion.detach().argsort()
+        chosen = order[torch.linspace(0, len(order) - 1, min(heads, len(order))).round().long()]
+        kernels = effective_kernels(operator, size)
+        for ax, head in zip(row, chosen.tolist(), strict=False):
+            kernel = kernels[head].numpy()
+            limit = abs(kernel).max()
+            ax.imshow(kernel, cmap="RdBu_r", vmin=-limit, vmax=limit)
+            ax.set_title(f"stage {i} head {head}\nD={operator.log_diffusion[head].exp().item():.1e}", fontsize=8)
+        for ax in row:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    fig.suptitle(f"Effective spatial kernels (inverse FFT of the symbol, {size}x{size} grid over the image)")
+    _save(fig, path)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=Path, default=Path("output/cifar10_cpu"), help="folder of run folders")
+    parser.add_argument("--out", type=Path, default=Path("model_cards/cifar10"), help="where to write")
+    parser.add_argument("--pde-run", type=Path, help="a run folder with iris weights (default: iris's first seed)")
+    parser.add_argument("--at-s", type=float, default=200.0, help="also compare top-1 after this many seconds")
+    args = parser.parse_args(argv)
+
+    runs = load_runs(args.runs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = report(runs, args.runs, args.out, args.at_s)
+    partial = args.out / "results.md.partial"
+    partial.write_text(text)
+    os.replace(partial, args.out / "results.md")
+    print(text)
+    plot_accuracy_vs_time(runs, args.out / "accuracy_vs_time.png")
+
+    pde_run = args.pde_run or next((r.folder for r in runs if r.configuration == "iris"), None)
+    if pde_run is None:
+        print("No iris run: pass --pde-run for the PDE pictures.")
+        return
+    model = from_pretrained(f"local-dir:{pde_run}")
+    if not pde_operators(model):
+        raise SystemExit(f"{pde_run} holds a model without PDE operators; pass --pde-run with an operator='pde' run.")
+    plot_pde_coefficients(model, args.out / "pde_coefficients.png")
+    plot_pde_kernels(model, args.out / "pde_kernels.png")
+    print(f"Wrote results.md and the pictures to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
