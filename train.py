@@ -21,7 +21,6 @@ import random
 import shlex
 import shutil
 import sys
-import tempfile
 import time
 import types
 import typing
@@ -39,7 +38,6 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from timm.data import Mixup, create_transform, resolve_data_config
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
-from timm.models import save_for_hf
 from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
 from timm.scheduler.scheduler import Scheduler
@@ -47,6 +45,7 @@ from timm.utils import ModelEmaV3
 from tqdm.auto import tqdm
 
 import iris_timm
+from iris_timm.hub import save_timm_folder
 
 
 @dataclass
@@ -344,17 +343,6 @@ def create_model(cfg: Config, num_classes: int) -> torch.nn.Module:
             f"model arguments; the recipe's model ({cfg.model}, {cfg.model_kwargs}) is not used."
         )
     return model
-
-
-def save_timm_folder(model: torch.nn.Module, directory: Path, names: list[str] | None) -> None:
-    """timm's folder (config.json, model.safetensors) for a model other than iris. config.json is the commit
-    point, as in iris_timm.save_pretrained: it is removed first and renamed into place last."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory, prefix=".save-") as tmp:
-        save_for_hf(model, tmp, model_config={"label_names": names} if names else None, safe_serialization=True)
-        (directory / "config.json").unlink(missing_ok=True)
-        for name in ("model.safetensors", "config.json"):
-            os.replace(Path(tmp) / name, directory / name)
 
 
 def freeze_backbone(model: torch.nn.Module) -> None:

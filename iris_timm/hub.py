@@ -34,7 +34,15 @@ from .models import IrisPDESSM
 if TYPE_CHECKING:
     from .model_card import TrainingResults
 
-__all__ = ["CARD_NAME", "CONFIG_NAME", "WEIGHTS_NAME", "from_pretrained", "push_to_hub", "save_pretrained"]
+__all__ = [
+    "CARD_NAME",
+    "CONFIG_NAME",
+    "WEIGHTS_NAME",
+    "from_pretrained",
+    "push_to_hub",
+    "save_pretrained",
+    "save_timm_folder",
+]
 
 WEIGHTS_NAME = HF_SAFE_WEIGHTS_NAME  # "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -81,12 +89,13 @@ def _drop_num_classes_arg(config_path: Path) -> None:
 
 def _commit(staging: Path, directory: Path) -> None:
     """Move the files staged in ``staging`` into ``directory``, ``config.json`` last (see ``save_pretrained``)."""
-    for path in staging.iterdir():
+    staged = sorted(staging.iterdir(), key=lambda path: path.name == CONFIG_NAME)
+    for path in staged:
         with path.open("r+b") as f:
             os.fsync(f.fileno())  # the data is on disk before any rename makes it visible
     (directory / CONFIG_NAME).unlink(missing_ok=True)
-    for name in (WEIGHTS_NAME, CARD_NAME, CONFIG_NAME):
-        os.replace(staging / name, directory / name)
+    for path in staged:
+        os.replace(path, directory / path.name)
 
 
 def save_pretrained(
@@ -132,6 +141,23 @@ def save_pretrained(
         model_name = f"hf-hub:{repo_id}" if repo_id else f"local-dir:{directory}"
         model_card(model, model_name, training_results).save(staging / CARD_NAME)
         _commit(staging, directory)
+    return directory
+
+
+def save_timm_folder(
+    model: nn.Module, save_directory: str | os.PathLike, label_names: Sequence[str] | None = None
+) -> Path:
+    """Write any timm model as timm's Hub folder, ``model.safetensors`` and ``config.json``, with no model card.
+
+    For models other than iris (``save_pretrained`` writes those, with their card). The write is atomic in the same
+    way, ``config.json`` last; ``timm.create_model("local-dir:<folder>", pretrained=True)`` loads it.
+    """
+    directory = Path(save_directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".save_pretrained-") as tmp:
+        model_config = {"label_names": list(label_names)} if label_names is not None else None
+        save_for_hf(model, tmp, model_config=model_config, safe_serialization=True)
+        _commit(Path(tmp), directory)
     return directory
 
 

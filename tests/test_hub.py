@@ -530,3 +530,14 @@ def test_card_rejects_unknown_or_unfounded_results(model):
     with pytest.raises(ValueError) as error:
         model_card(model, f"hf-hub:{REPO_ID}", {"top1": 80.0})
     assert str(error.value) == "Training result 'top1' needs the 'dataset' it was measured on."
+
+
+def test_save_timm_folder_writes_any_timm_model_that_timm_loads_back(tmp_path):
+    peer = timm.create_model("test_resnet", num_classes=3).eval()
+    folder = iris_timm.hub.save_timm_folder(peer, tmp_path / "peer", label_names=["a", "b", "c"])
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    loaded = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
+    assert loaded.pretrained_cfg["label_names"] == ["a", "b", "c"]
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), peer(x), rtol=0, atol=0)
