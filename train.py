@@ -8,7 +8,12 @@
 
 Every field of `Config` below is a YAML key and a command-line flag (`batch_size` is `--batch-size`);
 the command line wins over the YAML file, which wins over the defaults. `python train.py --help` lists them.
-A YAML file may name a `base:` recipe (a path relative to itself) whose values it overrides.
+A YAML file may name a `base:` recipe (a path relative to itself) whose values it overrides; its `model_kwargs`
+add to the base's, unless it names another model (`model_kwargs: {}` clears them). On the command line,
+`--model-kwargs` replaces them.
+
+main() reads as the run's phases; the functions it calls, in order, follow the configuration below: data, model,
+loss and optimizer, checkpoints and resume, the training clock, one training step, evaluation, export.
 """
 
 import argparse
@@ -24,6 +29,8 @@ import sys
 import time
 import types
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,10 +49,23 @@ from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
 from timm.scheduler.scheduler import Scheduler
 from timm.utils import ModelEmaV3
+from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 import iris_timm
 from iris_timm.hub import save_timm_folder
+from iris_timm.run_folder import (
+    CHECKPOINTS,
+    EMA_WEIGHTS,
+    TRAINER_STATE,
+    Evaluation,
+    Summary,
+    TrainerState,
+    TrainingLog,
+    append_metrics,
+    write_summary,
+    write_train_config,
+)
 
 
 @dataclass
@@ -173,7 +193,19 @@ def read_recipe(path: Path, chain: tuple[Path, ...] = ()) -> dict:
         return values
     if not isinstance(base, str):
         raise SystemExit(f"Config file {path}: base must be the path of another recipe, got {base!r}.")
-    return read_recipe(path.parent / base, chain) | values
+    return over_base(read_recipe(path.parent / base, chain), values)
+
+
+def over_base(base: dict, recipe: dict) -> dict:
+    """A recipe's values over its base's. Its model_kwargs add to the base's, so a variant names only the arguments
+    it changes, unless it names another model (whose arguments those are not) or gives `{}`, which clears them."""
+    merged = base | recipe
+    kwargs = recipe.get("model_kwargs")
+    if recipe.get("model", base.get("model")) != base.get("model"):
+        merged["model_kwargs"] = kwargs if kwargs is not None else {}
+    elif isinstance(kwargs, dict) and kwargs and isinstance(base.get("model_kwargs"), dict):
+        merged["model_kwargs"] = base["model_kwargs"] | kwargs
+    return merged
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
@@ -212,14 +244,18 @@ def validate(cfg: Config) -> None:
             raise SystemExit(f"{name} must be >= 1 or none, got {getattr(cfg, name)}.")
     if cfg.lr <= 0:
         raise SystemExit(f"lr must be > 0, got {cfg.lr}.")
-    if (cfg.mixup > 0 or cfg.cutmix > 0) and cfg.batch_size % 2:
+    if uses_mixup(cfg) and cfg.batch_size % 2:
         raise SystemExit(f"mixup/cutmix need an even batch_size, got {cfg.batch_size}.")
     if cfg.time_budget_s and cfg.max_steps is not None and cfg.max_steps <= PACE_STEPS[1]:
         raise SystemExit(f"A time budget measures the pace up to step {PACE_STEPS[1]}: max_steps must be larger.")
     if cfg.streaming and cfg.max_steps is None:
         raise SystemExit("A streamed dataset has no length: set max_steps.")
-    if cfg.resume not in (None, "auto") and not (Path(cfg.resume) / "trainer_state.json").is_file():
-        raise SystemExit(f"resume: {cfg.resume} is not a checkpoint folder (it has no trainer_state.json).")
+    if cfg.resume not in (None, "auto") and not (Path(cfg.resume) / TRAINER_STATE).is_file():
+        raise SystemExit(f"resume: {cfg.resume} is not a checkpoint folder (it has no {TRAINER_STATE}).")
+
+
+def uses_mixup(cfg: Config) -> bool:
+    return cfg.mixup > 0 or cfg.cutmix > 0
 
 
 # ----------------------------------------------------------------------------- data
@@ -319,7 +355,46 @@ def label_names(dataset, column: str) -> list[str] | None:
     return feature.names if isinstance(feature, ClassLabel) else None
 
 
-# ----------------------------------------------------------------------------- model
+def classes(cfg: Config, train_data) -> tuple[list[str] | None, int]:
+    """The class names (None when the labels are plain integers) and the number of classes."""
+    names = label_names(train_data, cfg.label_column)
+    if names is None and cfg.streaming:
+        raise SystemExit(f"The streamed dataset's {cfg.label_column!r} column is not a ClassLabel: no class count.")
+    return names, len(names) if names else int(max(train_data[cfg.label_column])) + 1
+
+
+def preprocessing(cfg: Config, model: torch.nn.Module) -> dict:
+    """The model's own preprocessing (mean, std, interpolation) at the recipe's size and crop. It becomes part of the
+    model's pretrained_cfg, so the exported folder tells users (and transformers' image processor) how its inputs
+    were prepared."""
+    overrides = {"input_size": (3, cfg.img_size, cfg.img_size)} if cfg.img_size else {}
+    if cfg.crop_pct is not None:
+        overrides["crop_pct"] = cfg.crop_pct
+    data_config = resolve_data_config(overrides, model=model)
+    pool = tuple(math.ceil(s / model.feature_info[-1]["reduction"]) for s in data_config["input_size"][1:])
+    model.pretrained_cfg = dict(model.pretrained_cfg, **data_config, pool_size=pool)
+    return data_config
+
+
+def make_loaders(
+    cfg: Config, data_config: dict, train_data, val_data
+) -> tuple[torch.utils.data.Dataset, DataLoader, DataLoader]:
+    """The training set (its epoch seeds the augmentation) and the training and validation loaders."""
+    augment = dict(scale=cfg.scale, hflip=cfg.hflip, auto_augment=cfg.auto_augment, re_prob=cfg.reprob)
+    train_tf = create_transform(**data_config, is_training=True, **augment)
+    eval_tf = create_transform(**data_config)
+    if cfg.streaming:
+        train_set, val_set = streamed(train_data, train_tf, cfg), streamed(val_data, eval_tf, cfg)
+    else:
+        train_set = SeededTransform(train_data, train_tf, cfg.image_column, cfg.label_column, cfg.seed)
+        val_set = SeededTransform(val_data, eval_tf, cfg.image_column, cfg.label_column, cfg.seed)
+    loader_kwargs = dict(batch_size=cfg.batch_size, num_workers=cfg.num_workers)
+    # Mixup needs batches of an even size: the last, partial one is dropped.
+    train_loader = DataLoader(train_set, shuffle=not cfg.streaming, drop_last=uses_mixup(cfg), **loader_kwargs)
+    return train_set, train_loader, DataLoader(val_set, **loader_kwargs)
+
+
+# ----------------------------------------------------------------------------- model, loss and optimizer
 
 
 def create_model(cfg: Config, num_classes: int) -> torch.nn.Module:
@@ -351,41 +426,83 @@ def freeze_backbone(model: torch.nn.Module) -> None:
         param.requires_grad = name.startswith(classifier + ".")
 
 
-# ----------------------------------------------------------------------------- checkpoints
+def model_and_optimizer(cfg: Config, model: torch.nn.Module) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """The model set up for training as the recipe says, and its optimizer, with weight decay and layer decay from
+    the model's no_weight_decay and group_matcher."""
+    if cfg.freeze_backbone:
+        freeze_backbone(model)
+    if cfg.grad_checkpointing:
+        model.set_grad_checkpointing(True)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = create_optimizer_v2(
+        model, opt=cfg.opt, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum, layer_decay=cfg.layer_decay
+    )
+    return model, optimizer
 
-EMA_WEIGHTS = "ema.safetensors"
+
+def make_criterion(cfg: Config, num_classes: int) -> tuple[torch.nn.Module, Mixup | None]:
+    """The loss, and the Mixup/CutMix that makes its soft targets when the recipe asks for it."""
+    if uses_mixup(cfg):  # the label smoothing is folded into the soft targets
+        mixup = Mixup(
+            mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.smoothing, num_classes=num_classes
+        )
+        return SoftTargetCrossEntropy(), mixup
+    if cfg.smoothing > 0:
+        return LabelSmoothingCrossEntropy(cfg.smoothing), None
+    return torch.nn.CrossEntropyLoss(), None
+
+
+def make_scheduler(cfg: Config, optimizer: torch.optim.Optimizer, total_steps: int) -> Scheduler:
+    scheduler, _ = create_scheduler_v2(
+        optimizer,
+        sched=cfg.sched,
+        num_epochs=total_steps,
+        warmup_epochs=min(cfg.warmup_steps, total_steps // 2),
+        min_lr=cfg.min_lr,
+        warmup_lr=cfg.lr / 100,
+        step_on_epochs=False,
+        updates_per_epoch=1,  # the schedule is counted in optimizer updates
+    )
+    return scheduler
+
+
+def unwrap(accelerator: Accelerator, model: torch.nn.Module) -> torch.nn.Module:
+    """The plain model under the DDP and torch.compile wrappers."""
+    return accelerator.unwrap_model(model, keep_torch_compile=False)
+
+
+# ----------------------------------------------------------------------------- checkpoints and resume
 
 
 def checkpoint_dirs(output_dir: Path) -> list[Path]:
     """Complete checkpoints, oldest first. Incomplete ones live under a '.tmp-' name and are ignored."""
-    return sorted((output_dir / "checkpoints").glob("step_*"))
+    return sorted((output_dir / CHECKPOINTS).glob("step_*"))
 
 
-def save_checkpoint(accelerator: Accelerator, output_dir: Path, state: dict, keep: int, ema) -> None:
-    """Write the Accelerate state into a temporary folder, then rename it: a crash never leaves a
-    half-written checkpoint under a name `--resume auto` would pick."""
-    final = output_dir / "checkpoints" / f"step_{state['step']:08d}"
-    tmp = final.with_name(".tmp-" + final.name)
-    if accelerator.is_main_process and tmp.exists():
-        shutil.rmtree(tmp)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
-    if ema is not None and accelerator.is_main_process:  # safetensors, unlike Accelerate's custom objects (pickles)
-        save_file(ema.module.state_dict(), str(tmp / EMA_WEIGHTS))
-    accelerator.wait_for_everyone()  # every process has written its part before the folder is renamed
-    if accelerator.is_main_process:
-        (tmp / "trainer_state.json").write_text(json.dumps(state))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        for old in checkpoint_dirs(output_dir)[:-keep]:
-            shutil.rmtree(old)
-    accelerator.wait_for_everyone()
+def resume(cfg: Config, accelerator: Accelerator, ema: ModelEmaV3 | None, recipe_steps: int) -> TrainerState:
+    """Step 0, or the checkpoint `cfg.resume` names: the weights, optimizer, EMA and random generators from
+    Accelerate's state, the position in training from trainer_state.json."""
+    checkpoint = Path(cfg.resume) if cfg.resume not in (None, "auto") else None
+    if cfg.resume == "auto" and checkpoint_dirs(Path(cfg.output_dir)):
+        checkpoint = checkpoint_dirs(Path(cfg.output_dir))[-1]
+    if checkpoint is None:
+        return TrainerState(total_steps=recipe_steps, recipe_steps=recipe_steps)
+    accelerator.load_state(str(checkpoint))
+    if ema is not None:
+        ema.module.load_state_dict(load_file(str(checkpoint / EMA_WEIGHTS)))
+    state = TrainerState.load(checkpoint)
+    state.recipe_steps = recipe_steps
+    if not state.budget_fitted:  # the recipe's length, which the command line may have changed
+        state.total_steps = recipe_steps
+    accelerator.print(f"Resumed from {checkpoint} at step {state.step}.")
+    return state
 
 
-# ----------------------------------------------------------------------------- training
+# ----------------------------------------------------------------------------- the training clock
 
-PACE_STEPS = (10, 40)  # a time budget's step count comes from the pace between these steps, after the warm-up
+PACE_STEPS = (10, 40)  # a time budget's step count comes from the pace from the first of these steps, after the
+# warm-up: fitted at the second, then again after every step with the pace measured so far
 
 
 def main_process_value(accelerator: Accelerator, value: float) -> float:
@@ -395,13 +512,236 @@ def main_process_value(accelerator: Accelerator, value: float) -> float:
     return broadcast_object_list([value])[0]
 
 
-def fit_to_budget(budget_s: float, state: dict, pace_s: float) -> int:
+def fit_to_budget(budget_s: float, state: TrainerState, pace_s: float) -> int:
     """The step count that ends training about `budget_s` seconds in, going on at `pace_s` seconds per step.
 
-    Fixing the count once, rather than stopping when the clock runs out, lets the learning-rate schedule end
-    where the budget does, and keeps a resumed run on the same schedule. It never exceeds the recipe's count."""
-    remaining = max(budget_s - state["train_time_s"], 0.0)
-    return min(state["total_steps"], state["step"] + int(remaining / pace_s))
+    Fixing the count, rather than stopping when the clock runs out, lets the learning-rate schedule end where the
+    budget does, and keeps a resumed run on the same schedule. It never exceeds the recipe's count."""
+    remaining = max(budget_s - state.train_time_s, 0.0)
+    return min(state.recipe_steps or state.total_steps, state.step + int(remaining / pace_s))
+
+
+class TrainingClock:
+    """Counts seconds of training into `state.train_time_s`: the time from one step to the next, less what runs
+    while the clock is `paused()` (evaluations and checkpoints). With a time budget or timed evaluations every
+    process counts the main process's seconds, so all of them stop and evaluate at the same step."""
+
+    def __init__(self, accelerator: Accelerator, state: TrainerState, cfg: Config):
+        self.accelerator, self.state = accelerator, state
+        self.budget_s, self.eval_every_s = cfg.time_budget_s, cfg.eval_every_s
+        self.started = self.mark = time.perf_counter()
+
+    def tick(self) -> float | None:
+        """Count the step just made. With a time budget, measure the pace from PACE_STEPS[0] and, from
+        PACE_STEPS[1] on, fit `state.total_steps` to what the budget holds at that pace after every step, so a run
+        whose pace drifts (two runs sharing a machine) still ends within a step of its budget: returns the pace
+        (seconds a step) when the count changed, else None."""
+        state, now = self.state, time.perf_counter()
+        state.train_time_s += now - self.mark
+        self.mark = now
+        if self.budget_s or self.eval_every_s:
+            state.train_time_s = main_process_value(self.accelerator, state.train_time_s)
+        if not self.budget_s:
+            return None
+        if state.step == PACE_STEPS[0]:
+            state.pace_from_s = state.train_time_s
+        if state.step < PACE_STEPS[1] or state.pace_from_s is None:
+            return None
+        pace = (state.train_time_s - state.pace_from_s) / (state.step - PACE_STEPS[0])
+        total_steps = fit_to_budget(self.budget_s, state, pace)
+        if state.budget_fitted and total_steps == state.total_steps:
+            return None
+        state.total_steps, state.budget_fitted = total_steps, True
+        return pace
+
+    def evaluation_due(self) -> bool:
+        """Whether the clock has passed a multiple of eval_every_s since the last evaluation."""
+        every, state = self.eval_every_s, self.state
+        return bool(every) and state.train_time_s // every > state.last_eval_s // every
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Time spent in the block is not training time."""
+        try:
+            yield
+        finally:
+            self.mark = time.perf_counter()
+
+    def wall_time_s(self) -> float:
+        return time.perf_counter() - self.started
+
+
+# ----------------------------------------------------------------------------- training
+
+
+@dataclass
+class Training:
+    """A run's prepared objects and where it stands: what the functions that train, evaluate, checkpoint and
+    export share."""
+
+    cfg: Config
+    accelerator: Accelerator
+    model: torch.nn.Module  # as Accelerate prepared it (DDP, torch.compile)
+    optimizer: torch.optim.Optimizer
+    ema: ModelEmaV3 | None
+    criterion: torch.nn.Module
+    mixup: Mixup | None
+    train_set: torch.utils.data.Dataset
+    train_loader: DataLoader
+    val_loader: DataLoader
+    label_names: list[str] | None
+    state: TrainerState
+    bad_in_a_row: int = 0  # updates skipped for a non-finite loss, in a row
+    bad_in_window: bool = False  # a non-finite loss in the current gradient-accumulation window
+
+    def __post_init__(self) -> None:
+        self.output_dir = Path(self.cfg.output_dir)
+        self.clock = TrainingClock(self.accelerator, self.state, self.cfg)
+        self.progress = tqdm(
+            total=self.state.total_steps, initial=self.state.step, disable=not self.accelerator.is_local_main_process
+        )
+        self.reschedule()
+
+    def reschedule(self) -> None:
+        """A learning-rate schedule over state.total_steps, at the current step."""
+        self.scheduler = make_scheduler(self.cfg, self.optimizer, self.state.total_steps)
+        self.scheduler.step_update(num_updates=self.state.step)  # creating it set the warm-up LR
+        self.progress.total = self.state.total_steps
+
+    def plain_model(self) -> torch.nn.Module:
+        return unwrap(self.accelerator, self.model)
+
+
+def train(run: Training) -> None:
+    """Train to the last step, evaluating and checkpointing after each epoch and the last step."""
+    run.model.train()
+    while run.state.step < run.state.total_steps:
+        train_epoch(run)
+        evaluate_and_checkpoint(run)
+    run.progress.close()
+
+
+def train_epoch(run: Training) -> None:
+    """Train on the rest of the current epoch, or up to the last step."""
+    state = run.state
+    run.train_loader.set_epoch(state.epoch)  # seeds this epoch's shuffle
+    run.train_set.set_epoch(state.epoch)  # and its augmentation
+    for images, targets in run.accelerator.skip_first_batches(run.train_loader, state.batch_in_epoch):
+        if state.step >= state.total_steps:
+            return
+        state.batch_in_epoch += 1
+        loss = train_batch(run, images, targets)
+        if loss is not None:
+            after_update(run, loss, len(images))
+    state.epoch += 1
+    state.batch_in_epoch = 0
+
+
+def train_batch(run: Training, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+    """Forward and backward one batch. At the end of a gradient-accumulation window, update the weights unless a
+    loss in the window was not finite; returns the loss then, None within the window."""
+    cfg, accelerator, state = run.cfg, run.accelerator, run.state
+    # Mixup, drop path and dropout draw from generators seeded by the position in the data, so a resumed run draws
+    # exactly what an uninterrupted one would (and each process draws differently).
+    set_seed(hash((cfg.seed, state.epoch, state.batch_in_epoch)) % 2**32, device_specific=True)
+    if run.mixup is not None:
+        images, targets = run.mixup(images, targets)
+    if cfg.channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    with accelerator.accumulate(run.model):
+        loss = run.criterion(run.model(images), targets)
+        # Every process must agree to skip, or the gradient all-reduce would hang.
+        if accelerator.gather(loss.detach()[None]).isfinite().all():
+            accelerator.backward(loss)
+        else:
+            run.bad_in_window = True
+        if not accelerator.sync_gradients:
+            return None
+        update(run)
+    return loss
+
+
+def update(run: Training) -> None:
+    """The optimizer step that ends a gradient-accumulation window, skipped after a non-finite loss."""
+    if run.bad_in_window:
+        run.state.bad_steps += 1
+        run.bad_in_a_row += 1
+    else:
+        run.bad_in_a_row = 0
+        if run.cfg.clip_grad:
+            run.accelerator.clip_grad_norm_(run.model.parameters(), run.cfg.clip_grad)
+        run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.bad_in_window = False
+
+
+def after_update(run: Training, loss: torch.Tensor, batch_size: int) -> None:
+    """Count the update (stopping after too many non-finite losses in a row), then log, checkpoint and evaluate
+    when due."""
+    cfg, state = run.cfg, run.state
+    if run.bad_in_a_row >= cfg.max_bad_steps:
+        last = checkpoint_dirs(run.output_dir)[-1:] or ["none written yet"]
+        raise SystemExit(
+            f"{run.bad_in_a_row} non-finite losses in a row at step {state.step}; stopping. "
+            f"Last good checkpoint: {last[0]}. Lower lr, keep clip_grad on, or use bf16 instead of fp16."
+        )
+    if run.ema is not None and run.bad_in_a_row == 0:
+        run.ema.update(run.plain_model(), step=state.step)
+    state.step += 1
+    pace = run.clock.tick()
+    if pace is not None:
+        run.reschedule()
+        if state.step == PACE_STEPS[1] or run.clock.evaluation_due():
+            run.accelerator.print(f"{pace:.3f} s per step: {state.total_steps} steps fit the time budget.")
+    run.scheduler.step_update(num_updates=state.step)
+    state.images_seen += batch_size * run.accelerator.num_processes * cfg.grad_accum_steps
+    run.progress.update(1)
+    if state.step % cfg.log_every == 0:
+        run.progress.set_postfix(loss=f"{loss.item():.3f}")
+        log(run, TrainingLog(state.step, state.epoch, loss.item(), run.optimizer.param_groups[0]["lr"]))
+    if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0:
+        save_checkpoint(run)
+    if run.clock.evaluation_due() and state.step < state.total_steps:  # train() evaluates the last step
+        evaluate_and_checkpoint(run)
+
+
+def log(run: Training, record: TrainingLog | Evaluation) -> None:
+    run.accelerator.log(record.metrics(), step=record.step)
+    if run.accelerator.is_main_process:
+        append_metrics(run.output_dir, record)
+
+
+def save_checkpoint(run: Training) -> None:
+    """Write the Accelerate state into a temporary folder, then rename it: a crash never leaves a half-written
+    checkpoint under a name `--resume auto` would pick. Off the training clock."""
+    accelerator = run.accelerator
+    final = run.output_dir / CHECKPOINTS / f"step_{run.state.step:08d}"
+    tmp = final.with_name(".tmp-" + final.name)
+    with run.clock.paused():
+        if accelerator.is_main_process and tmp.exists():
+            shutil.rmtree(tmp)
+        accelerator.wait_for_everyone()
+        accelerator.save_state(str(tmp))
+        if run.ema is not None and accelerator.is_main_process:
+            save_file(run.ema.module.state_dict(), str(tmp / EMA_WEIGHTS))
+        accelerator.wait_for_everyone()  # every process has written its part before the folder is renamed
+        if accelerator.is_main_process:
+            commit_checkpoint(run, tmp, final)
+        accelerator.wait_for_everyone()
+
+
+def commit_checkpoint(run: Training, tmp: Path, final: Path) -> None:
+    """Add the trainer state, rename the folder into place and drop the oldest checkpoints beyond the kept number.
+    (Accelerate's own total_limit applies to its automatic checkpoint names only, which it writes in place.)"""
+    run.state.save(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in checkpoint_dirs(run.output_dir)[: -run.cfg.keep_checkpoints]:
+        shutil.rmtree(old)
+
+
+# ----------------------------------------------------------------------------- evaluation and export
 
 
 def evaluate(model, loader, accelerator: Accelerator, topk: tuple[int, ...]) -> dict[str, float]:
@@ -419,9 +759,75 @@ def evaluate(model, loader, accelerator: Accelerator, topk: tuple[int, ...]) -> 
     return {f"top{k}": 100 * c.item() / max(count, 1) for k, c in zip(topk, correct, strict=True)}
 
 
-def main(cfg: Config) -> dict:
-    validate(cfg)
-    output_dir = Path(cfg.output_dir)
+def evaluate_and_checkpoint(run: Training) -> None:
+    """Evaluate (unless the clock just did, at this step), export the best weights so far, log, and checkpoint.
+    Off the training clock."""
+    state = run.state
+    with run.clock.paused():
+        if state.last_eval_step != state.step:
+            record_evaluation(run)
+        save_checkpoint(run)
+
+
+def record_evaluation(run: Training) -> None:
+    state, topk = run.state, (1, 5) if run.plain_model().num_classes >= 5 else (1,)
+    state.last_eval_step, state.last_eval_s = state.step, state.train_time_s
+    accuracy = evaluate(run.model, run.val_loader, run.accelerator, topk)
+    if run.ema is not None:
+        ema_accuracy = evaluate(run.ema.module, run.val_loader, run.accelerator, topk)
+        accuracy.update({f"ema_{k}": v for k, v in ema_accuracy.items()})
+    state.top1 = accuracy["ema_top1" if run.ema is not None else "top1"]
+    if state.best_top1 is None or state.top1 > state.best_top1:
+        state.best_top1, state.best_epoch = state.top1, state.epoch
+        export(run, run.output_dir / "best")
+    log(run, Evaluation(state.step, state.epoch, accuracy, round(state.train_time_s, 2)))
+    run.accelerator.print(
+        f"epoch {state.epoch} step {state.step} ({state.train_time_s:.0f} s of training): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in accuracy.items())
+    )
+
+
+def command_line() -> str:
+    return "python " + shlex.join(sys.argv)
+
+
+def export(run: Training, directory: Path) -> None:
+    """A Hub-ready folder of the current weights (the EMA's when on); an iris model's card records this run."""
+    model = run.ema.module if run.ema is not None else run.plain_model()
+    if not run.accelerator.is_main_process:
+        return
+    if not isinstance(model, iris_timm.IrisPDESSM):
+        save_timm_folder(model, directory, run.label_names)
+        return
+    dataset, top1 = dataset_name(run.cfg.dataset), round(run.state.top1, 2)
+    results = {"dataset": dataset, "top1": top1, "epochs": run.state.epoch, "command": command_line()}
+    iris_timm.save_pretrained(model, directory, label_names=run.label_names, training_results=results)
+
+
+def summarize(run: Training, updates_per_epoch: int | None) -> Summary:
+    state = run.state
+    return Summary(
+        top1=state.top1,
+        best_top1=state.best_top1,
+        best_epoch=state.best_epoch,
+        steps=state.step,
+        epochs=state.step / updates_per_epoch if updates_per_epoch else None,
+        skipped_steps=state.bad_steps,
+        params=sum(p.numel() for p in run.plain_model().parameters()),
+        train_images_per_s=state.images_seen / max(state.train_time_s, 1e-9),
+        train_time_s=state.train_time_s,
+        wall_time_s=run.clock.wall_time_s(),
+        threads=torch.get_num_threads(),
+        command=command_line(),
+    )
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def setup(cfg: Config) -> Accelerator:
+    """The Accelerator (devices, processes, mixed precision, trackers), with every generator seeded, and the run
+    folder with the run's configuration."""
     log_with = cfg.log_with
     if log_with == "auto":
         log_with = "tensorboard" if is_tensorboard_available() else None
@@ -429,7 +835,7 @@ def main(cfg: Config) -> dict:
         mixed_precision=cfg.mixed_precision,
         gradient_accumulation_steps=cfg.grad_accum_steps,
         log_with=log_with,
-        project_dir=str(output_dir),
+        project_dir=cfg.output_dir,
         dynamo_backend="inductor" if cfg.compile else "no",
         # Shuffle order from (seed, epoch) alone, so a resumed run sees the batches an uninterrupted one would.
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
@@ -438,271 +844,44 @@ def main(cfg: Config) -> dict:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     if accelerator.is_main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "train_config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
-
-    # Data: the model's own preprocessing (mean, std, interpolation), at the recipe's size.
-    train_data, val_data = load_splits(cfg)
-    names = label_names(train_data, cfg.label_column)
-    if names is None and cfg.streaming:
-        raise SystemExit(f"The streamed dataset's {cfg.label_column!r} column is not a ClassLabel: no class count.")
-    num_classes = len(names) if names else int(max(train_data[cfg.label_column])) + 1
-    model = create_model(cfg, num_classes)
-    overrides = {"input_size": (3, cfg.img_size, cfg.img_size)} if cfg.img_size else {}
-    if cfg.crop_pct is not None:
-        overrides["crop_pct"] = cfg.crop_pct
-    data_config = resolve_data_config(overrides, model=model)
-    train_tf = create_transform(
-        **data_config,
-        is_training=True,
-        scale=cfg.scale,
-        hflip=cfg.hflip,
-        auto_augment=cfg.auto_augment,
-        re_prob=cfg.reprob,
-    )
-    eval_tf = create_transform(**data_config)
-    # The exported folder tells users (and transformers' image processor) how its inputs were prepared.
-    pool = tuple(math.ceil(s / model.feature_info[-1]["reduction"]) for s in data_config["input_size"][1:])
-    model.pretrained_cfg = dict(model.pretrained_cfg, **data_config, pool_size=pool)
-    if cfg.streaming:
-        train_set, val_set = streamed(train_data, train_tf, cfg), streamed(val_data, eval_tf, cfg)
-    else:
-        train_set = SeededTransform(train_data, train_tf, cfg.image_column, cfg.label_column, cfg.seed)
-        val_set = SeededTransform(val_data, eval_tf, cfg.image_column, cfg.label_column, cfg.seed)
-    use_mixup = cfg.mixup > 0 or cfg.cutmix > 0
-    loader_kwargs = dict(batch_size=cfg.batch_size, num_workers=cfg.num_workers)
-    train_loader = torch.utils.data.DataLoader(
-        train_set, shuffle=not cfg.streaming, drop_last=use_mixup, **loader_kwargs
-    )
-    val_loader = torch.utils.data.DataLoader(val_set, **loader_kwargs)
-
-    # Model, optimizer (weight decay and layer decay from the model's no_weight_decay / group_matcher).
-    if cfg.freeze_backbone:
-        freeze_backbone(model)
-    if cfg.grad_checkpointing:
-        model.set_grad_checkpointing(True)
-    if cfg.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    optimizer = create_optimizer_v2(
-        model,
-        opt=cfg.opt,
-        lr=cfg.lr,
-        weight_decay=cfg.weight_decay,
-        momentum=cfg.momentum,
-        layer_decay=cfg.layer_decay,
-    )
-    model, optimizer, train_loader, val_loader = accelerator.prepare(model, optimizer, train_loader, val_loader)
-
-    def unwrap(prepared: torch.nn.Module) -> torch.nn.Module:
-        """The plain model under the DDP and torch.compile wrappers."""
-        return accelerator.unwrap_model(prepared, keep_torch_compile=False)
-
-    ema = ModelEmaV3(unwrap(model), decay=cfg.ema_decay) if cfg.ema_decay else None
-
-    updates_per_epoch = None if cfg.streaming else math.ceil(len(train_loader) / cfg.grad_accum_steps)
-
-    def make_scheduler(total_steps: int) -> Scheduler:
-        scheduler, _ = create_scheduler_v2(
-            optimizer,
-            sched=cfg.sched,
-            num_epochs=total_steps,
-            warmup_epochs=min(cfg.warmup_steps, total_steps // 2),
-            min_lr=cfg.min_lr,
-            warmup_lr=cfg.lr / 100,
-            step_on_epochs=False,
-            updates_per_epoch=1,  # the schedule is counted in optimizer updates
-        )
-        return scheduler
-
-    mixup = (
-        Mixup(mixup_alpha=cfg.mixup, cutmix_alpha=cfg.cutmix, label_smoothing=cfg.smoothing, num_classes=num_classes)
-        if use_mixup
-        else None
-    )
-    if mixup is not None:  # mixup makes soft targets, with the label smoothing folded in
-        criterion = SoftTargetCrossEntropy()
-    elif cfg.smoothing > 0:
-        criterion = LabelSmoothingCrossEntropy(cfg.smoothing)
-    else:
-        criterion = torch.nn.CrossEntropyLoss()
-
-    # Resume: weights, optimizer, EMA and RNG from Accelerate's state; position from trainer_state.json.
-    state = {
-        "step": 0,
-        "epoch": 0,
-        "batch_in_epoch": 0,
-        "total_steps": cfg.max_steps or cfg.epochs * updates_per_epoch,
-        "budget_fitted": False,  # True once fit_to_budget has fixed total_steps
-        "train_time_s": 0.0,  # evaluation and checkpoints excluded
-        "pace_from_s": None,
-        "images_seen": 0,
-        "last_eval_step": None,
-        "last_eval_s": 0.0,
-        "bad_steps": 0,
-        "top1": None,  # of the latest evaluation
-        "best_top1": None,
-        "best_epoch": None,
-    }
-    resume_dir = Path(cfg.resume) if cfg.resume not in (None, "auto") else None
-    if cfg.resume == "auto" and checkpoint_dirs(output_dir):
-        resume_dir = checkpoint_dirs(output_dir)[-1]
-    if resume_dir is not None:
-        accelerator.load_state(str(resume_dir))
-        if ema is not None:
-            ema.module.load_state_dict(load_file(str(resume_dir / EMA_WEIGHTS)))
-        saved = json.loads((resume_dir / "trainer_state.json").read_text())
-        if not saved.get("budget_fitted"):  # the recipe's length, which the command line may have changed
-            saved.pop("total_steps", None)
-        state |= saved
-        accelerator.print(f"Resumed from {resume_dir} at step {state['step']}.")
-    scheduler = make_scheduler(state["total_steps"])
-    scheduler.step_update(num_updates=state["step"])  # creating it set the warm-up LR; a resumed run needs its own
+        Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+        write_train_config(Path(cfg.output_dir), dataclasses.asdict(cfg))
     if log_with:
         accelerator.init_trackers("train", config={k: str(v) for k, v in dataclasses.asdict(cfg).items()})
-    topk = (1, 5) if num_classes >= 5 else (1,)
+    return accelerator
 
-    def log(metrics: dict) -> None:
-        accelerator.log(metrics, step=state["step"])
-        if accelerator.is_main_process:
-            with open(output_dir / "metrics.jsonl", "a") as f:
-                f.write(json.dumps({"step": state["step"], "epoch": state["epoch"], **metrics}) + "\n")
 
-    def export(directory: Path, top1: float) -> None:
-        """A Hub-ready folder of the current weights (the EMA's when on); an iris model's card records this run."""
-        final_model = ema.module if ema is not None else unwrap(model)
-        if not accelerator.is_main_process:
-            return
-        if not isinstance(final_model, iris_timm.IrisPDESSM):
-            save_timm_folder(final_model, directory, names)
-            return
-        results = {"dataset": dataset_name(cfg.dataset), "top1": round(top1, 2), "epochs": state["epoch"]}
-        results["command"] = "python " + shlex.join(sys.argv)
-        iris_timm.save_pretrained(final_model, directory, label_names=names, training_results=results)
+def main(cfg: Config) -> Summary:
+    """Train, evaluate, checkpoint and export as `cfg` says; returns what summary.json records."""
+    validate(cfg)
+    accelerator = setup(cfg)
 
-    def evaluate_and_checkpoint() -> None:
-        if state["last_eval_step"] == state["step"]:  # evaluated on the clock at this step: only record the epoch
-            save_checkpoint(accelerator, output_dir, state, cfg.keep_checkpoints, ema)
-            return
-        state["last_eval_step"], state["last_eval_s"] = state["step"], state["train_time_s"]
-        metrics = evaluate(model, val_loader, accelerator, topk)
-        if ema is not None:
-            metrics.update({f"ema_{k}": v for k, v in evaluate(ema.module, val_loader, accelerator, topk).items()})
-        state["top1"] = top1 = metrics["ema_top1" if ema is not None else "top1"]
-        if state["best_top1"] is None or top1 > state["best_top1"]:
-            state["best_top1"], state["best_epoch"] = top1, state["epoch"]
-            export(output_dir / "best", top1)
-        log({**{f"val/{k}": v for k, v in metrics.items()}, "train_time_s": round(state["train_time_s"], 2)})
-        accelerator.print(
-            f"epoch {state['epoch']} step {state['step']} ({state['train_time_s']:.0f} s of training): "
-            + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items())
-        )
-        save_checkpoint(accelerator, output_dir, state, cfg.keep_checkpoints, ema)
+    # Data, and a model for its classes that prepares its inputs as the recipe says.
+    train_data, val_data = load_splits(cfg)
+    names, num_classes = classes(cfg, train_data)
+    model = create_model(cfg, num_classes)
+    train_set, train_loader, val_loader = make_loaders(cfg, preprocessing(cfg, model), train_data, val_data)
 
-    model.train()
-    progress = tqdm(total=state["total_steps"], initial=state["step"], disable=not accelerator.is_local_main_process)
-    start, consecutive_bad, window_bad = time.perf_counter(), 0, False
-    mark = time.perf_counter()  # training time accrues from here; evaluations and checkpoints move the mark
-    while state["step"] < state["total_steps"]:
-        train_loader.set_epoch(state["epoch"])  # seeds this epoch's shuffle
-        train_set.set_epoch(state["epoch"])  # and its augmentation
-        epoch_loader = accelerator.skip_first_batches(train_loader, state["batch_in_epoch"])
-        for images, targets in epoch_loader:
-            if state["step"] >= state["total_steps"]:
-                break
-            state["batch_in_epoch"] += 1
-            # Mixup, drop path and dropout draw from generators seeded by the position in the data, so a resumed
-            # run draws exactly what an uninterrupted one would (and each process draws differently).
-            set_seed(hash((cfg.seed, state["epoch"], state["batch_in_epoch"])) % 2**32, device_specific=True)
-            if mixup is not None:
-                images, targets = mixup(images, targets)
-            if cfg.channels_last:
-                images = images.contiguous(memory_format=torch.channels_last)
-            with accelerator.accumulate(model):
-                loss = criterion(model(images), targets)
-                # Every process must agree to skip, or the gradient all-reduce would hang.
-                if accelerator.gather(loss.detach()[None]).isfinite().all():
-                    accelerator.backward(loss)
-                else:
-                    window_bad = True
-                if not accelerator.sync_gradients:
-                    continue
-                if window_bad:
-                    state["bad_steps"] += 1
-                    consecutive_bad += 1
-                else:
-                    consecutive_bad = 0
-                    if cfg.clip_grad:
-                        accelerator.clip_grad_norm_(model.parameters(), cfg.clip_grad)
-                    optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            window_bad = False
-            if consecutive_bad >= cfg.max_bad_steps:
-                last = checkpoint_dirs(output_dir)[-1:] or ["none written yet"]
-                raise SystemExit(
-                    f"{consecutive_bad} non-finite losses in a row at step {state['step']}; stopping. "
-                    f"Last good checkpoint: {last[0]}. Lower lr, keep clip_grad on, or use bf16 instead of fp16."
-                )
-            if ema is not None and consecutive_bad == 0:
-                ema.update(unwrap(model), step=state["step"])
-            state["step"] += 1
-            now = time.perf_counter()
-            state["train_time_s"] += now - mark
-            mark = now
-            if cfg.time_budget_s or cfg.eval_every_s:  # every process must stop and evaluate at the same step
-                state["train_time_s"] = main_process_value(accelerator, state["train_time_s"])
-            if cfg.time_budget_s and state["step"] == PACE_STEPS[0]:
-                state["pace_from_s"] = state["train_time_s"]
-            if cfg.time_budget_s and state["step"] == PACE_STEPS[1] and state["pace_from_s"] is not None:
-                pace = (state["train_time_s"] - state["pace_from_s"]) / (PACE_STEPS[1] - PACE_STEPS[0])
-                state["total_steps"] = fit_to_budget(cfg.time_budget_s, state, pace)
-                state["budget_fitted"] = True
-                scheduler = make_scheduler(state["total_steps"])
-                progress.total = state["total_steps"]
-                accelerator.print(f"{pace:.3f} s per step: {state['total_steps']} steps fit the time budget.")
-            scheduler.step_update(num_updates=state["step"])
-            state["images_seen"] += images.shape[0] * accelerator.num_processes * cfg.grad_accum_steps
-            progress.update(1)
-            if state["step"] % cfg.log_every == 0:
-                metrics = {"train/loss": loss.item(), "train/lr": optimizer.param_groups[0]["lr"]}
-                progress.set_postfix(loss=f"{loss.item():.3f}")
-                log(metrics)
-            if cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0:
-                save_checkpoint(accelerator, output_dir, state, cfg.keep_checkpoints, ema)
-                mark = time.perf_counter()
-            # Due when the clock has passed a multiple of eval_every_s since the last evaluation.
-            every = cfg.eval_every_s
-            due = every and state["train_time_s"] // every > state["last_eval_s"] // every
-            if due and state["step"] < state["total_steps"]:  # the last step is evaluated below
-                evaluate_and_checkpoint()
-                mark = time.perf_counter()
-        else:  # the epoch ran to its end
-            state["epoch"] += 1
-            state["batch_in_epoch"] = 0
-        evaluate_and_checkpoint()
-        mark = time.perf_counter()
+    # Optimizer and loss; Accelerate places the model and shards the data over the processes.
+    model, optimizer = model_and_optimizer(cfg, model)
+    model, optimizer, train_loader, val_loader = accelerator.prepare(model, optimizer, train_loader, val_loader)
+    ema = ModelEmaV3(unwrap(accelerator, model), decay=cfg.ema_decay) if cfg.ema_decay else None
+    criterion, mixup = make_criterion(cfg, num_classes)
 
-    progress.close()
-    export(output_dir, state["top1"])
-    wall = time.perf_counter() - start
-    summary = {
-        "top1": state["top1"],
-        "best_top1": state["best_top1"],
-        "best_epoch": state["best_epoch"],
-        "steps": state["step"],
-        "epochs": state["step"] / updates_per_epoch if updates_per_epoch else None,
-        "skipped_steps": state["bad_steps"],
-        "params": sum(p.numel() for p in unwrap(model).parameters()),
-        "train_images_per_s": state["images_seen"] / max(state["train_time_s"], 1e-9),
-        "train_time_s": state["train_time_s"],
-        "wall_time_s": wall,
-        "threads": torch.get_num_threads(),
-        "command": "python " + shlex.join(sys.argv),
-    }
+    # Training from step 0, or from the checkpoint it resumes.
+    updates_per_epoch = None if cfg.streaming else math.ceil(len(train_loader) / cfg.grad_accum_steps)
+    state = resume(cfg, accelerator, ema, recipe_steps=cfg.max_steps or cfg.epochs * updates_per_epoch)
+    run = Training(
+        cfg, accelerator, model, optimizer, ema, criterion, mixup, train_set, train_loader, val_loader, names, state
+    )
+    train(run)
+
+    # The last weights and the run's summary.
+    export(run, run.output_dir)
+    summary = summarize(run, updates_per_epoch)
     if accelerator.is_main_process:
-        partial = output_dir / "summary.json.partial"  # renamed when complete: never read half-written
-        partial.write_text(json.dumps(summary, indent=2))
-        os.replace(partial, output_dir / "summary.json")
-        accelerator.print("summary: " + json.dumps(summary))
+        write_summary(run.output_dir, summary)
+        accelerator.print("summary: " + json.dumps(dataclasses.asdict(summary)))
     accelerator.end_training()
     return summary
 

@@ -8,7 +8,6 @@
 from . import layers, models
 from .hub import from_pretrained, push_to_hub, save_pretrained
 from .models import IrisPDESSM
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["IrisPDESSM", "__version__", "from_pretrained", "layers", "models", "push_to_hub", "save_pretrained"]

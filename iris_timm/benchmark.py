@@ -19,7 +19,6 @@ another and a model that fails at a size (out of memory, a fixed input size) is 
 import argparse
 import json
 import math
-import os
 import platform
 import resource
 import statistics
@@ -33,7 +32,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["TARGETS", "Target", "check_targets", "main", "measure"]
+from iris_timm.files import import_pyplot, write_text
+
+__all__ = ["TARGETS", "Target", "check_targets", "main", "measure", "seconds"]
 
 DEFAULT_MODELS = ["iris_pdessm_s"]
 DEFAULT_PEERS = [
@@ -72,24 +73,25 @@ def _build(name: str, size: int, device: torch.device, dtype: torch.dtype, chann
     return model.to(memory_format=torch.channels_last) if channels_last else model
 
 
+def seconds(call: Callable[[], Any], device: torch.device) -> float:
+    """Seconds one ``call()`` takes: CUDA events on CUDA, ``time.perf_counter`` elsewhere."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1e3
+    begin = time.perf_counter()
+    call()
+    return time.perf_counter() - begin
+
+
 def _timed(step: Callable[[], None], device: torch.device, warmup: int, repeats: int) -> list[float]:
     """Seconds per call of ``step``, after ``warmup`` untimed calls."""
     for _ in range(warmup):
         step()
-    samples = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            torch.cuda.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3)
-        else:
-            start_time = time.perf_counter()
-            step()
-            samples.append(time.perf_counter() - start_time)
-    return samples
+    return [seconds(step, device) for _ in range(repeats)]
 
 
 def _profile_table(step: Callable[[], None], rows: int = 15) -> str:
@@ -278,13 +280,7 @@ def _format_table(records: list[dict[str, Any]]) -> str:
 
 
 def _plot(records: list[dict[str, Any]], path: Path, title: str) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        raise SystemExit("The plot needs matplotlib: pip install 'iris-timm[bench]' (or pass --no-plot).") from error
+    plt = import_pyplot(alternative="pass --no-plot")
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     for (key, label), ax in zip(
@@ -356,9 +352,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"command": " ".join(["python -m iris_timm.benchmark", *(argv or sys.argv[1:])]), "setting": setting}
     meta["machine"] = f"{platform.processor() or platform.machine()} {platform.platform()}"
-    partial = args.out / "benchmark.json.partial"  # renamed when complete: never read half-written
-    partial.write_text(json.dumps({**meta, "records": records, "targets": targets}, indent=1))
-    os.replace(partial, args.out / "benchmark.json")
+    write_text(args.out / "benchmark.json", json.dumps({**meta, "records": records, "targets": targets}, indent=1))
     if not args.no_plot:
         _plot(records, args.out / "benchmark.png", setting)
     print(f"\nwrote {args.out / 'benchmark.json'}" + ("" if args.no_plot else f" and {args.out / 'benchmark.png'}"))

@@ -1,14 +1,15 @@
 """Export iris models to ONNX and ``torch.export``.
 
-The exporters do not lower 2-D real FFTs, so export switches every Fourier operator to its matrix-product
-DFT (:meth:`iris_timm.layers.FourierOperator2d.rdft2`), which computes the same spectrum with ``matmul``.
-The exported graph is fixed to the input size it was traced at: the DFT matrices are sized for that grid.
+The default PDE operator is matrix products, which both exporters take as they are. The exporters do not lower
+2-D real FFTs, so export switches the Fourier operators that use them (the learned weights of
+``operator="spectral"``) to their matrix-product DFT (:meth:`iris_timm.layers.FourierOperator2d.rdft2`), which
+computes the same spectrum with ``matmul``. The exported graph is fixed to the input size it was traced at: the
+transform matrices are sized for that grid.
 
     from iris_timm.export import to_onnx
     to_onnx(timm.create_model("iris_pdessm_s").eval(), "iris_pdessm_s.onnx", (3, 224, 224))
 """
 
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .files import atomic_write
 from .layers import FourierOperator2d
 
 __all__ = ["dft_everywhere", "to_onnx"]
@@ -43,8 +45,6 @@ def to_onnx(
     example = torch.zeros(batch_size, *input_size, device=param.device, dtype=param.dtype)
     with dft_everywhere(model.eval()), torch.no_grad():
         program = torch.onnx.export(model, (example,), dynamo=True)
-    # Written beside the target and renamed when complete: a crash never leaves a truncated model at `path`.
-    partial = Path(f"{path}.partial")
-    program.save(str(partial))
-    os.replace(partial, path)
+    with atomic_write(path) as partial:  # a crash never leaves a truncated model at `path`
+        program.save(str(partial))
     return program

@@ -22,14 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 import timm
 import torch
-from huggingface_hub import CommitInfo, HfApi
-from huggingface_hub.errors import EntryNotFoundError, HFValidationError, LocalEntryNotFoundError
+from huggingface_hub import CommitInfo, HfApi, snapshot_download
+from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from huggingface_hub.utils import validate_repo_id
 from safetensors import SafetensorError, safe_open
-from timm.models._hub import HF_SAFE_WEIGHTS_NAME, download_from_hf, hf_split, save_for_hf
+from timm.models import save_for_hf
 from torch import nn
 
 from .models import IrisPDESSM
+from .models.pdessm import legacy_0_1_model_args
+from .version import __version__
 
 if TYPE_CHECKING:
     from .model_card import TrainingResults
@@ -37,16 +39,21 @@ if TYPE_CHECKING:
 __all__ = [
     "CARD_NAME",
     "CONFIG_NAME",
+    "VERSION_KEY",
     "WEIGHTS_NAME",
     "from_pretrained",
     "push_to_hub",
     "save_pretrained",
     "save_timm_folder",
+    "version_args",
 ]
 
-WEIGHTS_NAME = HF_SAFE_WEIGHTS_NAME  # "model.safetensors"
+# The file names timm's local-dir: and hf-hub: loaders read.
+WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
 CARD_NAME = "README.md"
+# The config.json key naming the iris_timm version that saved the folder (absent before 0.2).
+VERSION_KEY = "iris_timm_version"
 # The keys of timm's hub config that loading needs.
 REQUIRED_CONFIG_KEYS = ("architecture", "num_classes", "pretrained_cfg")
 # torch.save / pickle checkpoints, which are never loaded.
@@ -79,12 +86,26 @@ def _check_saveable(model: nn.Module, label_names: Sequence[str] | None) -> None
         )
 
 
-def _drop_num_classes_arg(config_path: Path) -> None:
-    """Remove ``num_classes`` from ``model_args``: the top-level ``num_classes`` already restores it for timm, and
+def _finish_config(config_path: Path) -> None:
+    """Record the iris_timm version that wrote the folder (:func:`version_args` reads it), and remove
+    ``num_classes`` from ``model_args``: the top-level ``num_classes`` already restores it for timm, and
     transformers' TimmWrapper passes ``num_classes`` next to ``**model_args``, which fails when both hold it."""
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config.get("model_args", {}).pop("num_classes", None)
+    config[VERSION_KEY] = __version__
     config_path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+
+def version_args(config: dict[str, Any]) -> dict[str, Any]:
+    """The model arguments a folder needs beyond its ``model_args`` to rebuild the model it was saved from.
+
+    Folders without :data:`VERSION_KEY` were written by iris_timm 0.1, whose defaults (MetaFormer blocks, a periodic
+    unlimited PDE operator, other t/s/b sizes) changed in 0.2; their ``model_args`` hold only what their creator
+    passed, so the 0.1 defaults fill in the rest. Arguments the folder does record are kept."""
+    if VERSION_KEY in config or not config["architecture"].startswith("iris_"):
+        return {}
+    legacy = legacy_0_1_model_args(config["architecture"])
+    return {key: value for key, value in legacy.items() if key not in config.get("model_args", {})}
 
 
 def _commit(staging: Path, directory: Path) -> None:
@@ -137,7 +158,7 @@ def save_pretrained(
         staging = Path(tmp)
         model_config = {"label_names": list(label_names)} if label_names is not None else None
         save_for_hf(model, staging, model_config=model_config, safe_serialization=True)
-        _drop_num_classes_arg(staging / CONFIG_NAME)
+        _finish_config(staging / CONFIG_NAME)
         model_name = f"hf-hub:{repo_id}" if repo_id else f"local-dir:{directory}"
         model_card(model, model_name, training_results).save(staging / CARD_NAME)
         _commit(staging, directory)
@@ -209,7 +230,7 @@ def _parse_source(name_or_path: str | os.PathLike) -> tuple[str, str]:
     if source in ("hf-hub", "local-dir") and location:
         return source, location
     try:
-        validate_repo_id(hf_split(name_or_path)[0])
+        validate_repo_id(_split_revision(name_or_path)[0])
     except HFValidationError as e:
         raise FileNotFoundError(f"No folder at {name_or_path}, and it is not a Hub repo id either: {e}") from e
     return "hf-hub", name_or_path
@@ -243,26 +264,32 @@ def _local_files(folder: Path) -> tuple[Path, Path]:
     return config, weights
 
 
-def _download(model_id: str, filename: str, cache_dir: str | os.PathLike | None) -> Path:
-    """One file of a Hub repo, from the cache when it holds it (always, offline)."""
+def _split_revision(model_id: str) -> tuple[str, str | None]:
+    """``"ORG/NAME@REVISION"`` as ``("ORG/NAME", "REVISION")``; the revision is ``None`` when not given."""
+    repo_id, _, revision = model_id.partition("@")
+    return repo_id, revision or None
+
+
+def _hub_snapshot(model_id: str, cache_dir: str | os.PathLike | None) -> Path:
+    """The folder of a Hub repo's ``config.json`` and ``model.safetensors``, both of one commit, from the cache when it
+    holds them (always, offline). The cache names the folder by that commit."""
+    repo_id, revision = _split_revision(model_id)
     try:
-        return Path(download_from_hf(model_id, filename, cache_dir=cache_dir))
+        folder = snapshot_download(
+            repo_id, revision=revision, cache_dir=cache_dir, allow_patterns=[CONFIG_NAME, WEIGHTS_NAME]
+        )
     except LocalEntryNotFoundError as e:
         raise FileNotFoundError(
-            f"{filename} of hf-hub:{model_id} is not in the Hugging Face cache and the Hub cannot be reached. "
-            f"Download it once online, or give a local folder. ({e})"
+            f"hf-hub:{model_id} is not in the Hugging Face cache and the Hub cannot be reached. Download it once "
+            f"online, or give a local folder. ({e})"
         ) from e
-    except EntryNotFoundError as e:  # the repo exists, the file does not
-        advice = _CONVERT_PICKLE if filename == WEIGHTS_NAME else "Publish the model with iris_timm.push_to_hub."
-        raise FileNotFoundError(f"hf-hub:{model_id} has no {filename}. {advice}") from e
-
-
-def _hub_files(model_id: str, cache_dir: str | os.PathLike | None) -> tuple[Path, Path]:
-    """``config.json`` and ``model.safetensors`` of a Hub repo, both from the commit ``config.json`` resolved to."""
-    config = _download(model_id, CONFIG_NAME, cache_dir)
-    commit = config.parent.name  # hf_hub_download returns <cache>/models--ORG--NAME/snapshots/<commit>/config.json
-    weights = _download(f"{hf_split(model_id)[0]}@{commit}", WEIGHTS_NAME, cache_dir)
-    return config, weights
+    for name, advice in [
+        (CONFIG_NAME, "Publish the model with iris_timm.push_to_hub."),
+        (WEIGHTS_NAME, _CONVERT_PICKLE),
+    ]:
+        if not (Path(folder) / name).is_file():
+            raise FileNotFoundError(f"hf-hub:{model_id} has no {name}. {advice}")
+    return Path(folder)
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -309,7 +336,7 @@ def _model_shapes(
     """Tensor shapes of the model ``config.json`` describes, built by timm on the meta device (no memory, no init)."""
     try:
         with torch.device("meta"):
-            model = timm.create_model(model_name, cache_dir=cache_dir)
+            model = timm.create_model(model_name, cache_dir=cache_dir, **version_args(config))
     except (TypeError, ValueError) as e:
         raise ValueError(
             f"{config_path}: timm cannot build {config['architecture']!r} with model_args "
@@ -318,10 +345,11 @@ def _model_shapes(
     return {key: tuple(tensor.shape) for key, tensor in model.state_dict().items()}
 
 
-def _check_weights(weights_path: Path, config_path: Path, model_name: str, cache_dir: str | os.PathLike | None) -> None:
+def _check_weights(
+    weights_path: Path, config_path: Path, config: dict[str, Any], model_name: str, cache_dir: str | os.PathLike | None
+) -> None:
     """Raise unless ``weights_path`` holds exactly the tensors, with their shapes, of the model ``config_path``
     describes."""
-    config = _read_config(config_path)
     found = _read_shapes(weights_path)
     expected = _model_shapes(model_name, config_path, config, cache_dir)
     problems = [f"{key} is missing" for key in sorted(expected.keys() - found.keys())]
@@ -352,7 +380,8 @@ def from_pretrained(
     that turn bad input into an error naming the file or key at fault, raised before any weights are read:
     ``config.json`` must be timm's hub config with an architecture timm knows, ``model.safetensors`` a complete
     safetensors file (pickled weights are refused, never loaded), and its tensors those of the model ``config.json``
-    describes. Offline (``HF_HUB_OFFLINE=1``) a Hub repo loads from the local cache.
+    describes. Offline (``HF_HUB_OFFLINE=1``) a Hub repo loads from the local cache. A folder saved by iris_timm 0.1
+    loads the architecture it was saved from (see :func:`version_args`).
 
     Args:
         name_or_path: ``"local-dir:PATH"``, ``"hf-hub:ORG/NAME[@REVISION]"``, a folder, or a Hub repo id
@@ -373,8 +402,10 @@ def from_pretrained(
         config_path, weights_path = _local_files(Path(location))
         model_name = f"local-dir:{location}"
     else:
-        config_path, weights_path = _hub_files(location, cache_dir)
+        snapshot = _hub_snapshot(location, cache_dir)
+        config_path, weights_path = snapshot / CONFIG_NAME, snapshot / WEIGHTS_NAME
         # Pinned to the commit the checked files came from.
-        model_name = f"hf-hub:{hf_split(location)[0]}@{config_path.parent.name}"
-    _check_weights(weights_path, config_path, model_name, cache_dir)
-    return timm.create_model(model_name, pretrained=True, cache_dir=cache_dir, **kwargs)
+        model_name = f"hf-hub:{_split_revision(location)[0]}@{snapshot.name}"
+    config = _read_config(config_path)
+    _check_weights(weights_path, config_path, config, model_name, cache_dir)
+    return timm.create_model(model_name, pretrained=True, cache_dir=cache_dir, **{**version_args(config), **kwargs})

@@ -27,7 +27,14 @@ from timm.data import resolve_input_data_config
 from timm.models import get_model_args, parse_model_name
 
 from .flops import count_macs, count_params
-from .layers import ConvectionDiffusionReaction2d, SpectralConv2d
+from .layers import (
+    ConvectionDiffusionReaction2d,
+    HeatMixer,
+    LocalPlusGlobal,
+    LocalThenGlobal,
+    PDESSMMixer,
+    SpectralConv2d,
+)
 from .models import IrisPDESSM
 
 __all__ = ["CARD_TEMPLATE", "HUB_ORG", "PUBLISHED_VARIANTS", "TrainingResults", "model_card", "variant_card"]
@@ -35,11 +42,38 @@ __all__ = ["CARD_TEMPLATE", "HUB_ORG", "PUBLISHED_VARIANTS", "TrainingResults", 
 HUB_ORG = "iris-timm"
 PUBLISHED_VARIANTS = ("iris_pdessm_t", "iris_pdessm_s", "iris_pdessm_b")
 
-_GLOBAL_OPERATORS = {
-    ConvectionDiffusionReaction2d: "the convection–diffusion–reaction symbol "
-    "`exp(t · (−D |k|² − i v·k + r))` (5 numbers per channel or head)",
-    SpectralConv2d: "learned complex weights on a fixed number of low Fourier modes per channel (GFNet-style)",
+_BLOCKS = {
+    LocalPlusGlobal: "Each block is gated (MambaOut's design): `x + fc2(act(g) ⊙ [i, s′])` with "
+    "`(g, i, s) = split(fc1(norm(x)))`, whose spatial channels go through a learned depthwise convolution and the "
+    "global operator side by side, `s′ = dwconv(s) + norm(F(s))`.",
+    LocalThenGlobal: "Each block is gated (MambaOut's design): `x + fc2(act(g) ⊙ [i, s′])` with "
+    "`(g, i, s) = split(fc1(norm(x)))`, whose spatial channels go through a learned depthwise convolution, then the "
+    "global operator, `s′ = norm(F(dwconv(s)))`.",
+    HeatMixer: "Each block is `x + mixer(norm(x))` then `x + mlp(norm(x))`, with the vHeat-style mixer "
+    "`dwconv₃ₓ₃ → linear (x, z) → F(x) → norm → ⊙ SiLU(z) → linear`.",
+    PDESSMMixer: "Each block is `x + LayerScale(mixer(norm(x)))` then `x + LayerScale(mlp(norm(x)))`. The mixer "
+    "computes `y = F(x) + W_local x`, a token differential (by default the local one, "
+    "`y ← y + α (y − mean₃ₓ₃(y))`), and a self-gate `y ⊙ SiLU(W_gate y)`.",
 }
+
+
+def _block_description(model: IrisPDESSM) -> str:
+    return next(text for cls, text in _BLOCKS.items() if any(type(m) is cls for m in model.modules()))
+
+
+def _operator_descriptions(model: IrisPDESSM) -> list[str]:
+    texts = []
+    cdr = next((m for m in model.modules() if isinstance(m, ConvectionDiffusionReaction2d)), None)
+    if cdr is not None:
+        cutoff = "every mode of the grid" if cdr.modes == 0 else f"wavenumbers |k| ≤ π·{cdr.modes} (content units)"
+        boundary = "an open (zero outside the image)" if cdr.boundary == "open" else "a periodic"
+        texts.append(
+            "the convection–diffusion–reaction operator `exp(−(τ₀ + tD)|k|² − i t v·k + t r)` (5 numbers per channel "
+            f"or head), with {boundary} boundary, on {cutoff}"
+        )
+    if any(isinstance(m, SpectralConv2d) for m in model.modules()):
+        texts.append("learned complex weights on a fixed number of low Fourier modes per channel (GFNet-style)")
+    return texts
 
 
 class TrainingResults(TypedDict, total=False):
@@ -66,9 +100,9 @@ CARD_TEMPLATE = """\
 # Model card for {{ title }}
 
 An IRIS PDE-SSM image classification backbone for [timm](https://github.com/huggingface/pytorch-image-models),
-from the `iris_timm` package: a four-stage MetaFormer whose token mixer applies a learned operator in Fourier space,
-O(N log N) in the number of tokens. One set of weights runs at any input size of at least
-{{ min_input_size }}×{{ min_input_size }} pixels.
+from the `iris_timm` package: a four-stage backbone whose blocks pair a learned local filter with a global one, a
+learnable convection–diffusion–reaction operator, linear in the number of tokens. One set of weights runs at any
+input size of at least {{ min_input_size }}×{{ min_input_size }} pixels.
 
 ## Model details
 
@@ -133,15 +167,13 @@ logits = model(**processor(image)).logits
 
 ## What the model computes
 
-Each block is `x + LayerScale(mixer(norm(x)))` then `x + LayerScale(mlp(norm(x)))`. The mixer computes
-`y = F(x) + W_local x`, a token differential (by default the local one, `y ← y + α (y − mean₃ₓ₃(y))`), and a
-self-gate `y ⊙ SiLU(W_gate y)`. Its global operator `F` is applied per channel on the feature map's own Fourier grid:
+{{ block }} The global operator `F`, per channel:
 {% for operator in operators %}
 - {{ operator }}
 {%- endfor %}
 
-Channels mix only in the pointwise layers. {{ params }} M parameters; {{ gmacs }} GMACs on one {{ input_size }} image,
-counted by `iris_timm.flops.count_macs` (FFTs and complex products included).
+{{ params }} M parameters; {{ gmacs }} GMACs on one {{ input_size }} image, counted by
+`iris_timm.flops.count_macs` (FFTs and complex products included).
 
 ## Training
 
@@ -267,7 +299,8 @@ def model_card(
         weights_published=weights_published,
         weights="`model.safetensors`" if weights_published else "no published weights yet",
         license=license,
-        operators=[text for cls, text in _GLOBAL_OPERATORS.items() if any(isinstance(m, cls) for m in model.modules())],
+        block=_block_description(model),
+        operators=_operator_descriptions(model),
         dataset=training_results.get("dataset", "not recorded"),
         epochs=training_results.get("epochs", "not recorded"),
         top1=f"{top1} %" if top1 is not None else "not measured",

@@ -10,13 +10,14 @@ skipped and named. Written to ``--out``:
   validation top-1 as mean ± sample standard deviation over seeds (most accurate first), then the command of
   every run;
 - ``accuracy_vs_time.png``: validation top-1 against seconds of training, one line per run;
+- with ``--eval-sizes``, a second table: each run's final weights evaluated on the validation images resized to
+  other sizes, without fine-tuning (measured once and kept in the run folder as ``resolution_top1.json``);
 - ``pde_coefficients.png`` and ``pde_kernels.png``, from the exported weights of ``--pde-run`` (by default the
   first seed of ``iris``): what the convection–diffusion–reaction operators learned, stage by stage.
 """
 
 import argparse
 import json
-import os
 import re
 import statistics
 from collections.abc import Callable
@@ -24,14 +25,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import timm
 import torch
-import yaml
+import torch.nn.functional as F
 from torch import nn
 
+from .files import atomic_write, import_pyplot, write_text
 from .hub import from_pretrained
-from .layers import ConvectionDiffusionReaction2d
+from .layers import ConvectionDiffusionReaction2d, DepthwiseConv
+from .run_folder import Summary, read_evaluations, read_summary, read_train_config
 
-__all__ = ["Run", "effective_kernels", "load_runs", "pde_operators", "report", "results_table", "summarize"]
+__all__ = [
+    "Run",
+    "effective_kernels",
+    "load_runs",
+    "pde_operators",
+    "report",
+    "resolution_table",
+    "results_table",
+    "summarize",
+    "top1_at_sizes",
+]
 
 
 @dataclass
@@ -39,7 +54,7 @@ class Run:
     configuration: str
     seed: str
     config: dict[str, Any]  # train_config.yaml
-    summary: dict[str, Any]  # summary.json
+    summary: Summary
     curve: list[tuple[float, float]]  # (seconds of training, validation top-1) at each evaluation
     folder: Path
 
@@ -52,19 +67,14 @@ def load_runs(root: Path) -> list[Run]:
         return folder.parent.name, [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", folder.name)]
 
     for folder in sorted((p for p in root.glob("*/*") if p.is_dir()), key=order):
-        if not (folder / "summary.json").is_file():
+        summary = read_summary(folder)
+        if summary is None:
             print(f"skipped {folder}: no summary.json (the run did not finish)")
             continue
-        curve = []
-        for line in (folder / "metrics.jsonl").read_text().splitlines():
-            record = json.loads(line)
-            if "val/top1" in record:
-                curve.append((record["train_time_s"], record["val/top1"]))
+        curve = [(e.train_time_s, e.accuracy["top1"]) for e in read_evaluations(folder)]
         if not curve:
             raise SystemExit(f"{folder}/metrics.jsonl has no evaluation: is it a train.py run folder?")
-        config = yaml.safe_load((folder / "train_config.yaml").read_text())
-        summary = json.loads((folder / "summary.json").read_text())
-        runs.append(Run(folder.parent.name, folder.name, config, summary, curve, folder))
+        runs.append(Run(folder.parent.name, folder.name, read_train_config(folder), summary, curve, folder))
     if not runs:
         raise SystemExit(f"No finished runs under {root}: expected {root}/<configuration>/<seed>/summary.json.")
     return runs
@@ -85,26 +95,26 @@ def summarize(runs: list[Run], at_s: float = 200.0) -> list[dict[str, Any]]:
     rows = []
     for name in sorted({r.configuration for r in runs}):
         group = [r for r in runs if r.configuration == name]
-        top1, top1_std = _mean_std([r.summary["top1"] for r in group])
+        top1, top1_std = _mean_std([r.summary.top1 for r in group])
         early = [top1_after(r, at_s) for r in group]
         top1_at, top1_at_std = _mean_std(early) if None not in early else (None, None)
-        times = [r.summary["train_time_s"] for r in group]
+        times = [r.summary.train_time_s for r in group]
         rows.append(
             {
                 "configuration": name,
                 "model": group[0].config["model"],
                 "model_kwargs": group[0].config["model_kwargs"],
-                "params_m": group[0].summary["params"] / 1e6,
+                "params_m": group[0].summary.params / 1e6,
                 "seeds": len(group),
-                "steps": statistics.fmean(r.summary["steps"] for r in group),
-                "images_per_s": statistics.fmean(r.summary["train_images_per_s"] for r in group),
+                "steps": statistics.fmean(r.summary.steps for r in group),
+                "images_per_s": statistics.fmean(r.summary.train_images_per_s for r in group),
                 "train_time_s": (statistics.fmean(times), min(times), max(times)),
                 "at_s": at_s,
                 "top1_at": top1_at,
                 "top1_at_std": top1_at_std,
                 "top1": top1,
                 "top1_std": top1_std,
-                "command": group[0].summary.get("command", ""),
+                "command": group[0].summary.command,
             }
         )
     return sorted(rows, key=lambda row: -row["top1"])
@@ -137,7 +147,7 @@ def results_table(rows: list[dict[str, Any]]) -> str:
 
 def report(runs: list[Run], runs_folder: Path, out: Path, at_s: float = 200.0) -> str:
     """``results.md``: the table, then the commands that made every run and the one that rebuilds the report."""
-    commands = "\n".join(r.summary["command"] for r in sorted(runs, key=lambda r: (r.seed, r.configuration)))
+    commands = "\n".join(r.summary.command for r in sorted(runs, key=lambda r: (r.seed, r.configuration)))
     return (
         results_table(summarize(runs, at_s))
         + f"\nTop-1 on the validation split, mean ± sample standard deviation over seeds: at the first evaluation "
@@ -148,59 +158,146 @@ def report(runs: list[Run], runs_folder: Path, out: Path, at_s: float = 200.0) -
     )
 
 
+# ----------------------------------------------------------------------------- one set of weights at other sizes
+
+RESOLUTION_FILE = "resolution_top1.json"  # written into each run folder: {size: top-1}
+
+
+def validation_images(dataset: str, split: str = "val") -> tuple[torch.Tensor, torch.Tensor]:
+    """The validation images of a Parquet dataset folder (``<split>.parquet``) as ``(N, 3, H, W)`` floats in [0, 1],
+    and their labels."""
+    from datasets import load_dataset  # the train extra; only this part of the study needs it
+
+    path = Path(dataset) / f"{split}.parquet"
+    if not path.is_file():
+        raise SystemExit(f"{path} not found: --eval-sizes reads the validation split of the runs' Parquet dataset.")
+    data = load_dataset("parquet", data_files={split: str(path)})[split]
+    pixels = torch.stack([torch.from_numpy(np.array(image.convert("RGB"))) for image in data["image"]])  # NHWC
+    return pixels.permute(0, 3, 1, 2).float() / 255, torch.tensor(data["label"])
+
+
+@torch.no_grad()
+def top1_at_sizes(
+    model: nn.Module, images: torch.Tensor, labels: torch.Tensor, sizes: list[int], batch_size: int = 500
+) -> dict[int, float | None]:
+    """Top-1 (%) of ``model`` on ``images`` resized to each size (bicubic, antialiased), normalised as the model's
+    data config says; no fine-tuning. At the images' own size this is the usual evaluation; ``None`` where the
+    model cannot run (a model built for one input size)."""
+    from timm.data import resolve_data_config
+
+    config = resolve_data_config({}, model=model)
+    mean, std = torch.tensor(config["mean"])[:, None, None], torch.tensor(config["std"])[:, None, None]
+    model.eval()
+    results: dict[int, float | None] = {}
+    for size in sizes:
+        correct = 0
+        try:
+            for start in range(0, len(images), batch_size):
+                batch = images[start : start + batch_size]
+                if batch.shape[-1] != size or batch.shape[-2] != size:
+                    batch = F.interpolate(batch, size=(size, size), mode="bicubic", antialias=True).clamp(0, 1)
+                correct += (model((batch - mean) / std).argmax(-1) == labels[start : start + batch_size]).sum().item()
+        except (AssertionError, RuntimeError, ValueError) as error:  # a model built for one input size
+            print(f"{type(model).__name__} cannot run at {size}x{size}: {error}")
+            results[size] = None
+            continue
+        results[size] = 100.0 * correct / len(images)
+    return results
+
+
+def resolution_results(runs: list[Run], sizes: list[int]) -> dict[Path, dict[int, float | None]]:
+    """Each run's exported model evaluated at ``sizes``, read from the run folder when measured before."""
+    results, images = {}, None
+    for run in runs:
+        path = run.folder / RESOLUTION_FILE
+        saved = {int(k): v for k, v in json.loads(path.read_text()).items()} if path.is_file() else {}
+        missing = [size for size in sizes if size not in saved]
+        if missing:
+            if images is None:
+                images = validation_images(run.config["dataset"], run.config.get("val_split") or "val")
+            model = timm.create_model(f"local-dir:{run.folder}", pretrained=True)
+            saved |= top1_at_sizes(model, *images, missing)
+            write_text(path, json.dumps(saved, indent=1))
+            print(f"{run.folder}: top-1 at {missing}: {[saved[size] for size in missing]}")
+        results[run.folder] = {size: saved[size] for size in sizes}
+    return results
+
+
+def _spread_or_dash(values: list[float | None]) -> str:
+    return "-" if None in values else _with_spread(*_mean_std(values))
+
+
+def resolution_table(
+    runs: list[Run], results: dict[Path, dict[int, float | None]], sizes: list[int], train_size: int
+) -> str:
+    """Per configuration, top-1 at each size (mean ± std over seeds) and the change from the training size; "-"
+    where a model cannot run at that size."""
+    others = [size for size in sizes if size != train_size]
+    header = " | ".join(f"{size}² (%)" for size in sizes)
+    changes = " | ".join(f"change at {size}²" for size in others)
+    lines = [f"| configuration | seeds | {header} | {changes} |", "|---|---:|" + "---:|" * (len(sizes) + len(others))]
+    rows = []
+    for name in sorted({r.configuration for r in runs}):
+        group = [results[r.folder] for r in runs if r.configuration == name]
+        cells = [_spread_or_dash([g[size] for g in group]) for size in sizes]
+        deltas = [
+            _spread_or_dash([None if g[size] is None else g[size] - g[train_size] for g in group]) for size in others
+        ]
+        rows.append(
+            (
+                -statistics.fmean(g[train_size] or 0.0 for g in group),  # models that cannot run come last
+                f"| {name} | {len(group)} | " + " | ".join(cells + deltas) + " |",
+            )
+        )
+    return "\n".join(lines + [row for _, row in sorted(rows)]) + "\n"
+
+
 # ----------------------------------------------------------------------------- what the PDE learned
 
 
-def pde_operators(model: nn.Module) -> dict[int, list[ConvectionDiffusionReaction2d]]:
-    """The PDE operators of an iris model by stage index, in block order."""
-    stages: dict[int, list[ConvectionDiffusionReaction2d]] = {}
+def modules_by_stage(model: nn.Module, kind: type[nn.Module]) -> dict[int, list[nn.Module]]:
+    """The modules of type ``kind`` in an iris model, by stage index, in block order."""
+    stages: dict[int, list[nn.Module]] = {}
     for name, module in model.named_modules():
-        if isinstance(module, ConvectionDiffusionReaction2d):
+        if isinstance(module, kind):
             stages.setdefault(int(name.split(".")[1]), []).append(module)
     return stages
 
 
+def pde_operators(model: nn.Module) -> dict[int, list[ConvectionDiffusionReaction2d]]:
+    """The PDE operators of an iris model by stage index, in block order."""
+    return modules_by_stage(model, ConvectionDiffusionReaction2d)
+
+
 @torch.no_grad()
 def effective_kernels(operator: ConvectionDiffusionReaction2d, size: int) -> torch.Tensor:
-    """The spatial kernel of each head on a ``size x size`` grid: the inverse FFT of the symbol, rolled so the
-    origin sits at ``(size // 2, size // 2)``. Returns ``(heads, size, size)``; the operator's output is the
-    periodic convolution of each channel with its head's kernel."""
-    symbol = operator.symbol(size, size, torch.device("cpu"))  # (H, W // 2 + 1, C) or (C, H, W // 2 + 1)
+    """The spatial kernel of each head on a ``size x size`` grid, with its origin at ``(size // 2, size // 2)``:
+    the operator's response to a unit impulse there. The operator convolves each channel with its head's kernel,
+    so the response is the kernel, whichever way the operator computes it. Returns ``(heads, size, size)``."""
+    impulse = torch.zeros(1, operator.channels, size, size)
+    impulse[..., size // 2, size // 2] = 1.0
+    one_per_head = slice(None, None, operator.channels // operator.num_heads)
     if operator.channels_last:
-        symbol = symbol.permute(2, 0, 1)
-    kernels = torch.fft.irfft2(symbol, s=(size, size))  # (C, size, size)
-    kernels = kernels[:: operator.channels // operator.num_heads]  # one channel per head
-    return kernels.roll((size // 2, size // 2), dims=(-2, -1))
+        return operator(impulse.permute(0, 2, 3, 1))[0, ..., one_per_head].permute(2, 0, 1)
+    return operator(impulse)[0, one_per_head]
 
 
 def _threads(runs: list[Run]) -> str:
-    counts = sorted({str(r.summary["threads"]) for r in runs if "threads" in r.summary})
-    unrecorded = sum("threads" not in r.summary for r in runs)
+    counts = sorted({str(r.summary.threads) for r in runs if r.summary.threads is not None})
+    unrecorded = sum(r.summary.threads is None for r in runs)
     text = f"{' or '.join(counts) or 'an unrecorded number of'} CPU thread{'' if counts == ['1'] else 's'} per run"
     return text + (f"; {unrecorded} of {len(runs)} runs did not record it" if counts and unrecorded else "")
 
 
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        raise SystemExit("The pictures need matplotlib: pip install 'iris-timm[bench]'.") from error
-    return plt
-
-
 def _save(fig: Any, path: Path) -> None:
-    partial = path.with_name(path.stem + ".partial" + path.suffix)  # renamed when complete
-    fig.savefig(partial, dpi=120, bbox_inches="tight")
-    os.replace(partial, path)
+    with atomic_write(path) as partial:
+        fig.savefig(partial, dpi=120, bbox_inches="tight")
 
 
 def plot_accuracy_vs_time(runs: list[Run], path: Path) -> None:
     """Validation top-1 against training seconds, one line per run: the models on the left and, when there are
     configurations named ``iris_*``, the iris ablations (with ``iris``) on the right."""
-    plt = _pyplot()
+    plt = import_pyplot()
     names = sorted({r.configuration for r in runs})
     ablations = [n for n in names if n.startswith("iris_")]
     first = ["iris"] if "iris" in names else []  # the same colour in both panels
@@ -226,7 +323,7 @@ def plot_accuracy_vs_time(runs: list[Run], path: Path) -> None:
 
 def plot_pde_coefficients(model: nn.Module, path: Path) -> None:
     """Per stage: diffusion D (log scale), reaction r, time t and velocity v of every head of every block."""
-    plt = _pyplot()
+    plt = import_pyplot()
     stages = pde_operators(model)
     fig, axes = plt.subplots(1, 4, figsize=(16, 4))
 
@@ -257,27 +354,46 @@ def plot_pde_coefficients(model: nn.Module, path: Path) -> None:
 
 
 def plot_pde_kernels(model: nn.Module, path: Path, size: int = 32, heads: int = 6) -> None:
-    """Per stage, the effective spatial kernels of the first block's heads with the smallest to the largest
-    diffusion, on a ``size`` grid over the whole image (the same content units at every stage)."""
-    plt = _pyplot()
+    """Per stage, the effective spatial kernels of the first block's PDE heads with the smallest to the largest
+    diffusion, on a ``size`` grid over the whole image (the same content units at every stage), and beside them
+    the learned depthwise kernels of the same block's local filter, when it has one (channels of the largest
+    kernel norm)."""
+    plt = import_pyplot()
     stages = pde_operators(model)
-    fig, axes = plt.subplots(len(stages), heads, figsize=(2 * heads, 2.1 * len(stages)), squeeze=False)
+    local = modules_by_stage(model, DepthwiseConv)
+    columns = heads + (heads if local else 0)
+    fig, axes = plt.subplots(len(stages), columns, figsize=(2 * columns, 2.1 * len(stages)), squeeze=False)
     for row, (i, ops) in zip(axes, stages.items(), strict=True):
         operator = ops[0]
         order = operator.log_diffusion.detach().argsort()
         chosen = order[torch.linspace(0, len(order) - 1, min(heads, len(order))).round().long()]
         kernels = effective_kernels(operator, size)
-        for ax, head in zip(row, chosen.tolist(), strict=False):
-            kernel = kernels[head].numpy()
-            limit = abs(kernel).max()
-            ax.imshow(kernel, cmap="RdBu_r", vmin=-limit, vmax=limit)
-            ax.set_title(f"stage {i} head {head}\nD={operator.log_diffusion[head].exp().item():.1e}", fontsize=8)
+        for ax, head in zip(row[:heads], chosen.tolist(), strict=False):
+            _show(
+                ax,
+                kernels[head].numpy(),
+                f"stage {i} PDE head {head}\nD={operator.log_diffusion[head].exp().item():.1e}",
+            )
+        if local:
+            weight = local[i][0].conv.weight.detach()[:, 0]  # (C, k, k)
+            strongest = weight.flatten(1).norm(dim=1).argsort(descending=True)[:heads]
+            for ax, channel in zip(row[heads:], strongest.tolist(), strict=False):
+                _show(ax, weight[channel].numpy(), f"stage {i} dwconv ch {channel}")
         for ax in row:
             ax.set_xticks([])
             ax.set_yticks([])
-    fig.suptitle(f"Effective spatial kernels (inverse FFT of the symbol, {size}x{size} grid over the image)")
+    fig.suptitle(
+        f"PDE kernels (response to a centred impulse, {size}x{size} grid over the image)"
+        + (" and learned depthwise kernels (right)" if local else "")
+    )
     _save(fig, path)
     plt.close(fig)
+
+
+def _show(ax: Any, kernel: Any, title: str) -> None:
+    limit = abs(kernel).max()
+    ax.imshow(kernel, cmap="RdBu_r", vmin=-limit, vmax=limit)
+    ax.set_title(title, fontsize=8)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -286,14 +402,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("model_cards/cifar10"), help="where to write")
     parser.add_argument("--pde-run", type=Path, help="a run folder with iris weights (default: iris's first seed)")
     parser.add_argument("--at-s", type=float, default=200.0, help="also compare top-1 after this many seconds")
+    parser.add_argument(
+        "--eval-sizes", type=int, nargs="*", default=[24, 32, 48, 64], help="evaluate every run at these sizes"
+    )
     args = parser.parse_args(argv)
 
     runs = load_runs(args.runs)
     args.out.mkdir(parents=True, exist_ok=True)
     text = report(runs, args.runs, args.out, args.at_s)
-    partial = args.out / "results.md.partial"
-    partial.write_text(text)
-    os.replace(partial, args.out / "results.md")
+    if args.eval_sizes:
+        train_size = runs[0].config["img_size"]
+        sizes = sorted({*args.eval_sizes, train_size})
+        table = resolution_table(runs, resolution_results(runs, sizes), sizes, train_size)
+        text += (
+            f"\n### One set of weights at other sizes\n\nValidation top-1 of each run's final weights, trained at "
+            f"{train_size}², on the same validation images resized (bicubic, antialiased), without fine-tuning; "
+            f"change: top-1 there minus top-1 at {train_size}², per run, then mean ± std:\n\n{table}"
+        )
+    write_text(args.out / "results.md", text)
     print(text)
     plot_accuracy_vs_time(runs, args.out / "accuracy_vs_time.png")
 

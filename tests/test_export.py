@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
-import timm
 import torch
+from conftest import randomize_pde, tiny_model
 
-import iris_timm  # noqa: F401  (registers the iris_* models)
 from iris_timm.export import dft_everywhere, to_onnx
-from iris_timm.layers import ConvectionDiffusionReaction2d, SpectralConv2d
+from iris_timm.layers import ConvectionDiffusionReaction2d, FourierOperator2d, SpectralConv2d
 
 # Even, odd, non-square and degenerate grids.
 GRIDS = [(8, 8), (7, 9), (6, 11), (1, 1), (1, 6), (5, 1), (14, 14)]
@@ -16,7 +15,7 @@ GRIDS = [(8, 8), (7, 9), (6, 11), (1, 1), (1, 6), (5, 1), (14, 14)]
 @pytest.mark.parametrize("grid", GRIDS)
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_dft_transforms_match_numpy(grid, channels_last):
-    op = ConvectionDiffusionReaction2d(4, channels_last=channels_last)
+    op = FourierOperator2d(channels_last=channels_last)
     x = torch.randn(2, *grid, 4) if channels_last else torch.randn(2, 4, *grid)
     expected = np.fft.rfft2(x.double().numpy(), axes=op.fft_dims)
     x_ft = op.rdft2(x)
@@ -30,12 +29,7 @@ def test_dft_transforms_match_numpy(grid, channels_last):
 def _random_operator(kind: str, channels_last: bool) -> torch.nn.Module:
     torch.manual_seed(0)
     if kind == "pde":
-        op = ConvectionDiffusionReaction2d(8, num_heads=2, channels_last=channels_last)
-        with torch.no_grad():
-            op.velocity.normal_(std=0.2)
-            op.reaction.normal_(std=0.3)
-            op.log_time.normal_(std=0.3)
-        return op
+        return randomize_pde(ConvectionDiffusionReaction2d(8, num_heads=2, channels_last=channels_last))
     op = SpectralConv2d(8, 3, 3, depthwise=kind == "depthwise", channels_last=channels_last)
     with torch.no_grad():
         op.weight_pos.normal_(std=0.5)
@@ -65,26 +59,17 @@ def test_dft_path_matches_fft_path_values_and_gradients(grid, channels_last, kin
 
 
 def test_dft_everywhere_switches_and_restores():
-    model = timm.create_model("iris_pdessm_test")
-    operators = [m for m in model.modules() if isinstance(m, ConvectionDiffusionReaction2d)]
-    before = [op.dft_max_points for op in operators]
-    with dft_everywhere(model):
+    operators = [SpectralConv2d(8, 3, 3), SpectralConv2d(8, 2, 2)]
+    operators[0].dft_max_points, operators[1].dft_max_points = 0, 64
+    with dft_everywhere(torch.nn.Sequential(*operators)):
         assert all(op.dft_max_points >= 10**9 for op in operators)
-    assert [op.dft_max_points for op in operators] == before
+    assert [op.dft_max_points for op in operators] == [0, 64]
 
 
 @pytest.fixture(scope="module")
 def tiny_model_and_input():
-    torch.manual_seed(0)
-    model = timm.create_model("iris_pdessm_test", num_classes=10).eval()
-    with torch.no_grad():  # non-trivial PDE coefficients and layer scales, so every operator shows in the output
-        for m in model.modules():
-            if isinstance(m, ConvectionDiffusionReaction2d):
-                m.velocity.normal_(std=0.2)
-                m.reaction.normal_(std=0.3)
-            if hasattr(m, "gamma"):
-                m.gamma.fill_(0.5)
-    return model, torch.randn(2, 3, 64, 80)
+    model = randomize_pde(tiny_model(num_classes=10))
+    return model, torch.randn(2, 3, 64, 80, generator=torch.Generator().manual_seed(0))  # not square
 
 
 def test_onnx_runtime_matches_pytorch(tiny_model_and_input, tmp_path):

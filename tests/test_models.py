@@ -14,7 +14,14 @@ from timm.optim import param_groups_weight_decay
 from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
 
 import iris_timm
-from iris_timm.layers import ConvectionDiffusionReaction2d
+from iris_timm.layers import (
+    ConvectionDiffusionReaction2d,
+    HeatMixer,
+    LocalPlusGlobal,
+    LocalThenGlobal,
+    PDESSMMixer,
+)
+from iris_timm.models.pdessm import GatedBlock, MetaFormerBlock
 
 MODELS = timm.list_models("iris_*")
 FWD_SIZE = 128  # timm: 384
@@ -44,7 +51,7 @@ def assert_all_grads(model: torch.nn.Module) -> None:
 
 
 def test_the_family_is_registered():
-    assert {"iris_pdessm_t", "iris_pdessm_s", "iris_pdessm_b", "iris_pdessm_test"} <= set(MODELS)
+    assert {"iris_pdessm_t", "iris_pdessm_s", "iris_pdessm_b", "iris_pdessm_atto", "iris_pdessm_test"} <= set(MODELS)
     assert timm.list_models("iris_pdessm*") == MODELS
     assert all(timm.get_pretrained_cfg(name) is not None for name in MODELS)
 
@@ -229,14 +236,45 @@ def test_model_optimizer_groups(model_name):
 def test_model_options():
     model = timm.create_model("iris_pdessm_test", in_chans=1, drop_rate=0.2, drop_path_rate=0.1, num_classes=5)
     assert model.stem.conv1.in_channels == 1 and model.head.drop.p == 0.2
-    assert model.stages[-1].blocks[-1].drop_path1.drop_prob == pytest.approx(0.1)
+    assert model.stages[-1].blocks[-1].drop_path.drop_prob == pytest.approx(0.1)
     assert model(torch.randn(2, 1, 64, 64)).shape == (2, 5)
-    for operator in ("spectral", "pde+spectral"):
-        for token_diff in ("global", "none"):
-            variant = timm.create_model("iris_pdessm_test", operator=operator, token_diff=token_diff)
-            assert variant(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
     cifar = timm.create_model("iris_pdessm_test", stem_stride=1)
     assert cifar.forward_features(torch.randn(1, 3, 32, 32)).shape == (1, 4, 4, 64)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "block_class", "spatial_class"),
+    [
+        ({}, GatedBlock, LocalPlusGlobal),
+        ({"spatial_mix": "sequence"}, GatedBlock, LocalThenGlobal),
+        ({"block": "heat"}, MetaFormerBlock, HeatMixer),
+        ({"block": "metaformer"}, MetaFormerBlock, PDESSMMixer),
+        ({"block": "metaformer", "operator": "spectral", "token_diff": "global"}, MetaFormerBlock, PDESSMMixer),
+        ({"block": "metaformer", "operator": "pde+spectral", "token_diff": "none"}, MetaFormerBlock, PDESSMMixer),
+        ({"pde_boundary": "periodic", "pde_method": "fft", "pde_modes": 0}, GatedBlock, LocalPlusGlobal),
+        ({"pde_method": "separable", "pde_modes": 3}, GatedBlock, LocalPlusGlobal),
+    ],
+)
+def test_block_variants_are_model_arguments(kwargs, block_class, spatial_class):
+    model = timm.create_model("iris_pdessm_test", **kwargs)
+    block = model.stages[0].blocks[0]
+    assert type(block) is block_class
+    assert type(block.spatial if block_class is GatedBlock else block.mixer) is spatial_class
+    assert model(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "phrase"),
+    [
+        ({"block": "mamba"}, "Unknown block 'mamba'"),
+        ({"spatial_mix": "product"}, "Unknown spatial_mix 'product'"),
+        ({"operator": "spectral"}, "belong to the PDE-SSM mixer: pass block='metaformer'"),
+        ({"block": "heat", "token_diff": "none"}, "belong to the PDE-SSM mixer: pass block='metaformer'"),
+    ],
+)
+def test_unknown_block_options_name_the_choices(kwargs, phrase):
+    with pytest.raises(ValueError, match=phrase):
+        timm.create_model("iris_pdessm_test", **kwargs)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
@@ -252,7 +290,7 @@ def test_the_same_weights_run_at_any_resolution():
     model = timm.create_model("iris_pdessm_s").eval()
     num_params = sum(p.numel() for p in model.parameters())
     with torch.inference_mode():
-        for size in [(224, 224), (256, 320), (97, 131), (1024, 1024)]:
+        for size in [(224, 224), (256, 320), (97, 131), (1024, 1024), (24, 24), (4, 9)]:
             features = model.forward_features(torch.randn(1, 3, *size))
             assert features.shape == (1, math.ceil(size[0] / 32), math.ceil(size[1] / 32), 512)
             assert features.isfinite().all()
@@ -262,9 +300,9 @@ def test_the_same_weights_run_at_any_resolution():
 @pytest.mark.parametrize(
     ("shape", "message"),
     [
-        ((2, 4, 64, 64), r"Expected an image batch of shape \(B, 3, H, W\) with H, W >= 32, got \[2, 4, 64, 64\]: 4 "),
-        ((3, 64, 64), r"Expected an image batch of shape \(B, 3, H, W\) with H, W >= 32, got a 3-D tensor"),
-        ((1, 3, 31, 64), r"got \[1, 3, 31, 64\]: the input must be at least as large as the network's total stride"),
+        ((2, 4, 64, 64), r"Expected an image batch of shape \(B, 3, H, W\) with H, W >= 4, got \[2, 4, 64, 64\]: 4 "),
+        ((3, 64, 64), r"Expected an image batch of shape \(B, 3, H, W\) with H, W >= 4, got a 3-D tensor"),
+        ((1, 3, 3, 64), r"got \[1, 3, 3, 64\]: the input must be at least one stem cell \(4 pixels\)"),
     ],
 )
 def test_bad_input_raises_value_error(shape, message):

@@ -1,26 +1,37 @@
 """The study report: the table from run folders, the kernels the pictures show, and the pictures themselves."""
 
-import json
 import math
 from pathlib import Path
 
 import pytest
-import timm
 import torch
-import yaml
+from conftest import run_summary, tiny_model
 
 import iris_timm
-from iris_timm.layers import ConvectionDiffusionReaction2d
-from iris_timm.study import effective_kernels, load_runs, main, pde_operators, results_table, summarize
+from iris_timm.layers import ConvectionDiffusionReaction2d, create_cdr
+from iris_timm.run_folder import Evaluation, TrainingLog, append_metrics, write_summary, write_train_config
+from iris_timm.study import (
+    effective_kernels,
+    load_runs,
+    main,
+    pde_operators,
+    resolution_table,
+    results_table,
+    summarize,
+    top1_at_sizes,
+)
 
 
 def write_run(folder: Path, model: str, top1: float, curve: list[tuple[float, float]], **summary) -> None:
+    """A finished run folder as train.py leaves it, evaluated after each (seconds of training, top-1) of ``curve``."""
     folder.mkdir(parents=True)
-    (folder / "train_config.yaml").write_text(yaml.safe_dump({"model": model, "model_kwargs": {"stem_stride": 2}}))
-    lines = [{"step": 10, "train/loss": 2.0}] + [{"step": 10, "val/top1": a, "train_time_s": t} for t, a in curve]
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    values = {"params": 2_500_000, "steps": 100, "train_images_per_s": 50.0, "train_time_s": 300.0, **summary}
-    (folder / "summary.json").write_text(json.dumps({"top1": top1, "command": "python train.py", **values}))
+    write_train_config(folder, {"model": model, "model_kwargs": {"stem_stride": 2}})
+    append_metrics(folder, TrainingLog(step=10, epoch=0, loss=2.0, lr=1e-3))
+    for i, (seconds, accuracy) in enumerate(curve):
+        append_metrics(
+            folder, Evaluation(step=10 * (i + 1), epoch=i, accuracy={"top1": accuracy}, train_time_s=seconds)
+        )
+    write_summary(folder, run_summary(top1=top1, **summary))
 
 
 def test_table_gives_mean_and_sample_spread_per_configuration_best_first(tmp_path, capsys):
@@ -66,7 +77,8 @@ def test_no_finished_run_is_an_error(tmp_path):
 @pytest.mark.parametrize("channels_last", [True, False])
 @pytest.mark.parametrize("size", [32, 33])
 def test_effective_kernel_is_the_shifted_gaussian_the_coefficients_describe(size, channels_last):
-    operator = ConvectionDiffusionReaction2d(8, num_heads=2, channels_last=channels_last)
+    # The periodic operator with every mode: its kernel keeps all its mass and its peak on the grid.
+    operator = create_cdr(8, num_heads=2, channels_last=channels_last, boundary="periodic", modes=0)
     with torch.no_grad():
         operator.log_diffusion.fill_(math.log(1e-4))  # blur width sqrt(2 t D) = 0.014: under one cell
         operator.velocity.copy_(torch.tensor([[0.25, -0.125], [0.0, 0.0]]))
@@ -82,10 +94,11 @@ def test_effective_kernel_is_the_shifted_gaussian_the_coefficients_describe(size
 
 
 def test_pde_operators_are_grouped_by_stage():
-    model = timm.create_model("iris_pdessm_test", depths=(1, 2, 1, 1))
+    model = tiny_model(depths=(1, 2, 1, 1))
     stages = pde_operators(model)
     assert sorted(stages) == [0, 1, 2, 3] and [len(ops) for ops in stages.values()] == [1, 2, 1, 1]
-    assert stages[1][1] is model.stages[1].blocks[1].mixer.operator
+    in_block = [m for m in model.stages[1].blocks[1].modules() if isinstance(m, ConvectionDiffusionReaction2d)]
+    assert stages[1][1:] == in_block
 
 
 def test_report_writes_the_table_and_pictures(tmp_path):
@@ -93,9 +106,9 @@ def test_report_writes_the_table_and_pictures(tmp_path):
     for seed in (0, 1):
         folder = runs / "iris" / f"seed{seed}"
         write_run(folder, "iris_pdessm_test", 40.0 + seed, [(100.0, 30.0), (200.0, 40.0 + seed)], threads=1)
-        iris_timm.save_pretrained(timm.create_model("iris_pdessm_test", num_classes=10), folder)
+        iris_timm.save_pretrained(tiny_model(num_classes=10), folder)
     out = tmp_path / "report"
-    main(["--runs", str(runs), "--out", str(out)])
+    main(["--runs", str(runs), "--out", str(out), "--eval-sizes"])
     text = (out / "results.md").read_text()
     assert text.startswith("| configuration | model |") and "| iris | iris_pdessm_test |" in text
     assert f"python train.py\npython train.py\npython -m iris_timm.study --runs {runs} --out {out}\n```" in text
@@ -103,3 +116,38 @@ def test_report_writes_the_table_and_pictures(tmp_path):
     for name in ("accuracy_vs_time.png", "pde_coefficients.png", "pde_kernels.png"):
         assert (out / name).read_bytes().startswith(b"\x89PNG"), name
     assert not list(out.glob("*.partial*"))
+
+
+def test_top1_at_sizes_resizes_the_same_images_and_normalises_them_as_the_model_expects():
+    model = tiny_model(num_classes=10)
+    images = torch.rand(6, 3, 32, 32)
+    mean, std = torch.tensor(model.pretrained_cfg["mean"]), torch.tensor(model.pretrained_cfg["std"])
+
+    def predictions(size: int) -> torch.Tensor:
+        resized = torch.nn.functional.interpolate(images, size=(size, size), mode="bicubic", antialias=True)
+        with torch.no_grad():
+            return model((resized.clamp(0, 1) - mean[:, None, None]) / std[:, None, None]).argmax(-1)
+
+    labels = predictions(48)
+    labels[:2] = (labels[:2] + 1) % 10  # two wrong at 48
+    results = top1_at_sizes(model, images, labels, [32, 48], batch_size=4)
+    assert results[48] == pytest.approx(100 * 4 / 6)
+    assert results[32] == pytest.approx(100 * (predictions(32) == labels).float().mean().item())
+
+
+def test_resolution_table_reports_each_size_and_the_change_from_the_training_size(tmp_path):
+    runs = []
+    for seed, results in enumerate([{24: 40.0, 32: 50.0, 48: 45.0}, {24: 42.0, 32: 52.0, 48: 49.0}]):
+        folder = tmp_path / "iris" / f"seed{seed}"
+        write_run(folder, "iris_pdessm_test", 50.0 + 2 * seed, [(100.0, 50.0)])
+        runs.append((folder, results))
+    loaded = load_runs(tmp_path)
+    table = resolution_table(loaded, dict(runs), [24, 32, 48], 32)
+    assert (
+        table.splitlines()[0]
+        == "| configuration | seeds | 24² (%) | 32² (%) | 48² (%) | change at 24² | change at 48² |"
+    )
+    assert (
+        table.splitlines()[2]
+        == "| iris | 2 | 41.00 ± 1.41 | 51.00 ± 1.41 | 47.00 ± 2.83 | -10.00 ± 0.00 | -4.00 ± 1.41 |"
+    )

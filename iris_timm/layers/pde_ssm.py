@@ -1,19 +1,35 @@
-"""The PDE-SSM token mixer and the stand-alone PDE-SSM block."""
+"""PDE-SSM token mixers: the global operator, the MetaFormer mixer, and the local/global spatial filters
+of the gated and vHeat-style blocks.
+
+All modules here take and return channels-last maps ``(B, H, W, C)``.
+"""
 
 import torch
+from timm.layers import LayerNorm
 from torch import nn
 
-from .spectral import ConvectionDiffusionReaction2d, SpectralConv2d
+from .cdr import create_cdr
+from .spectral import SpectralConv2d
 from .token_diff import TokenDifferential
 
-__all__ = ["OPERATORS", "TOKEN_DIFFS", "OperatorSum", "PDESSMBlock", "PDESSMMixer", "create_fourier_operator"]
+__all__ = [
+    "OPERATORS",
+    "TOKEN_DIFFS",
+    "DepthwiseConv",
+    "HeatMixer",
+    "LocalPlusGlobal",
+    "LocalThenGlobal",
+    "OperatorSum",
+    "PDESSMMixer",
+    "create_fourier_operator",
+]
 
 OPERATORS = ("pde", "spectral", "pde+spectral")
 TOKEN_DIFFS = ("local", "global", "none")
 
 
 class OperatorSum(nn.Module):
-    """Sum of several Fourier operators applied to the same input."""
+    """Sum of several global operators applied to the same input."""
 
     def __init__(self, operators: list[nn.Module]):
         super().__init__()
@@ -33,15 +49,27 @@ def create_fourier_operator(
     spectral_modes: int = 8,
     spectral_depthwise: bool = True,
     channels_last: bool = True,
+    pde_boundary: str = "open",
+    pde_modes: int = 6,
+    pde_method: str = "modes",
     device=None,
     dtype=None,
 ) -> nn.Module:
-    """Build the global operator of a mixer: ``'pde'`` (the convection–diffusion–reaction symbol),
-    ``'spectral'`` (learned weights on ``spectral_modes`` low modes) or ``'pde+spectral'`` (their sum)."""
+    """Build the global operator of a mixer: ``'pde'`` (the convection–diffusion–reaction operator, see
+    :mod:`iris_timm.layers.cdr`), ``'spectral'`` (learned weights on ``spectral_modes`` low modes) or
+    ``'pde+spectral'`` (their sum)."""
     dd = {"device": device, "dtype": dtype}
 
     def pde() -> nn.Module:
-        return ConvectionDiffusionReaction2d(channels, pde_heads, channels_last=channels_last, **dd)
+        return create_cdr(
+            channels,
+            pde_method,
+            num_heads=pde_heads,
+            channels_last=channels_last,
+            boundary=pde_boundary,
+            modes=pde_modes,
+            **dd,
+        )
 
     def spectral() -> nn.Module:
         return SpectralConv2d(
@@ -58,11 +86,11 @@ def create_fourier_operator(
 
 
 class PDESSMMixer(nn.Module):
-    """PDE-SSM token mixer on ``(B, H, W, C)``.
+    """PDE-SSM token mixer of the MetaFormer block.
 
-    ``y = operator(x) + W_local x`` (global Fourier mixing plus a pointwise path), then the token
-    differential ``y + alpha (y - mean_3x3(y))``, then a self-gate ``y * SiLU(W_gate y)``.
-    Channels mix only in the two pointwise layers; no norm or residual here (the block owns them).
+    ``y = operator(x) + W_local x`` (global mixing plus a pointwise path), then the token differential
+    ``y + alpha (y - mean_3x3(y))``, then a self-gate ``y * SiLU(W_gate y)``. Channels mix only in the two
+    pointwise layers; no norm or residual here (the block owns them).
     """
 
     def __init__(
@@ -73,6 +101,9 @@ class PDESSMMixer(nn.Module):
         spectral_modes: int = 8,
         spectral_depthwise: bool = True,
         token_diff: str = "local",
+        pde_boundary: str = "open",
+        pde_modes: int = 6,
+        pde_method: str = "modes",
         device=None,
         dtype=None,
     ):
@@ -81,7 +112,16 @@ class PDESSMMixer(nn.Module):
             raise ValueError(f"Unknown token_diff {token_diff!r}; choose one of {TOKEN_DIFFS}.")
         dd = {"device": device, "dtype": dtype}
         self.operator = create_fourier_operator(
-            operator, dim, pde_heads, spectral_modes, spectral_depthwise, channels_last=True, **dd
+            operator,
+            dim,
+            pde_heads,
+            spectral_modes,
+            spectral_depthwise,
+            channels_last=True,
+            pde_boundary=pde_boundary,
+            pde_modes=pde_modes,
+            pde_method=pde_method,
+            **dd,
         )
         self.local = nn.Linear(dim, dim, **dd)
         if token_diff == "none":
@@ -98,73 +138,74 @@ class PDESSMMixer(nn.Module):
         return x * self.act(self.gate(x))
 
 
-# Keys of the original block's state dict, and where they live here.
-_ORIGINAL_KEYS = {
-    "spectral.": "mixer.operator.",
-    "local_conv.": "mixer.local.",
-    "token_diff.": "mixer.token_diff.",
-    "gate.0.": "mixer.gate.",
-}
+class DepthwiseConv(nn.Module):
+    """A learned ``k x k`` depthwise convolution on channels-last maps (zero padding, size kept)."""
+
+    def __init__(self, channels: int, kernel_size: int = 7, device=None, dtype=None):
+        super().__init__()
+        self.conv = nn.Conv2d(
+            channels, channels, kernel_size, padding=kernel_size // 2, groups=channels, device=device, dtype=dtype
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)  # (B, H, W, C)
 
 
-def _load_original_keys(module, state_dict, prefix, *args) -> None:
-    """Let a state dict of the original block load: rename its keys and reshape its 1x1-conv
-    weight and token-differential alpha to this block's channels-last layout."""
-    for old, new in _ORIGINAL_KEYS.items():
-        for key in [k for k in state_dict if k.startswith(prefix + old)]:
-            value = state_dict.pop(key)
-            if key == prefix + "local_conv.weight":
-                value = value.flatten(1)  # (D, D, 1, 1) -> (D, D)
-            elif key == prefix + "token_diff.alpha":
-                value = value.flatten()  # (1, D, 1, 1) -> (D,)
-            state_dict[prefix + new + key[len(prefix + old) :]] = value
+class LocalPlusGlobal(nn.Module):
+    """Spatial filter, in parallel: ``dwconv(x) + norm(operator(x))``.
 
-
-class PDESSMBlock(nn.Module):
-    """Pre-norm residual PDE-SSM block on token sequences: ``x + mixer(norm(x))``.
-
-    A drop-in replacement for the original block, with the same constructor and call
-    (``PDESSMBlock(dim, spatial_size)(x, H, W)`` on ``(B, N, D)``); it also loads the original
-    block's state dicts. What changed: the default operator is the convection–diffusion–reaction
-    symbol the original docstring promised; runs on any ``H, W >= 1``; the token differential
-    is local. ``operator='spectral', token_diff='global'`` gives the original computation
-    (dense ``dim x dim`` weights on ``max(2, spatial_size // 2)`` modes), fixed for small grids.
-
-    Args:
-        dim: channels ``D``.
-        spatial_size: only sets the mode count of the ``'spectral'`` operator; any grid runs.
-        operator: ``'pde'``, ``'spectral'`` or ``'pde+spectral'``.
-        num_heads: heads of PDE coefficients (``None``: one per channel).
-        token_diff: ``'local'`` (3x3 mean), ``'global'`` (the original) or ``'none'``.
+    The learned depthwise kernel answers to local structure (an oriented edge); the PDE operator, band-limited
+    by construction, carries smooth long-range context. The norm puts the operator's output on the scale of the
+    convolution's, as vHeat normalises its heat operator's output.
     """
 
     def __init__(
         self,
-        dim: int,
-        spatial_size: int = 4,
-        operator: str = "pde",
-        num_heads: int | None = None,
-        token_diff: str = "local",
+        channels: int,
+        kernel_size: int = 7,
+        norm_layer: type[nn.Module] = LayerNorm,
         device=None,
         dtype=None,
+        **operator_kwargs,
     ):
         super().__init__()
         dd = {"device": device, "dtype": dtype}
-        self.norm = nn.LayerNorm(dim, **dd)
-        self.mixer = PDESSMMixer(
-            dim,
-            operator,
-            pde_heads=num_heads,
-            spectral_modes=max(2, spatial_size // 2),
-            spectral_depthwise=False,
-            token_diff=token_diff,
-            **dd,
-        )
-        self.register_load_state_dict_pre_hook(_load_original_keys)
+        self.local = DepthwiseConv(channels, kernel_size, **dd)
+        self.operator = create_fourier_operator("pde", channels, channels_last=True, **operator_kwargs, **dd)
+        self.norm = norm_layer(channels, **dd)
 
-    def forward(self, x: torch.Tensor, H: int, W: int) -> torch.Tensor:
-        if x.ndim != 3 or x.shape[1] != H * W:
-            raise ValueError(f"Expected tokens of shape (B, H*W, D) = (B, {H * W}, D), got {list(x.shape)}.")
-        B, N, D = x.shape
-        mixed = self.mixer(self.norm(x).reshape(B, H, W, D))  # (B, H, W, D)
-        return x + mixed.reshape(B, N, D)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.local(x) + self.norm(self.operator(x))  # (B, H, W, C)
+
+
+class LocalThenGlobal(LocalPlusGlobal):
+    """Spatial filter, in sequence: ``norm(operator(dwconv(x)))`` (vHeat's order)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.operator(self.local(x)))  # (B, H, W, C)
+
+
+class HeatMixer(nn.Module):
+    """vHeat-style token mixer: ``3x3 dwconv -> linear (x, z) -> operator(x) -> norm -> x * SiLU(z) -> linear``."""
+
+    def __init__(
+        self,
+        dim: int,
+        norm_layer: type[nn.Module] = LayerNorm,
+        device=None,
+        dtype=None,
+        **operator_kwargs,
+    ):
+        super().__init__()
+        dd = {"device": device, "dtype": dtype}
+        self.local = DepthwiseConv(dim, 3, **dd)
+        self.in_proj = nn.Linear(dim, 2 * dim, **dd)
+        self.operator = create_fourier_operator("pde", dim, channels_last=True, **operator_kwargs, **dd)
+        self.norm = norm_layer(dim, **dd)
+        self.act = nn.SiLU()
+        self.out_proj = nn.Linear(dim, dim, **dd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x, z = self.in_proj(self.local(x)).chunk(2, dim=-1)  # (B, H, W, C) each
+        x = self.norm(self.operator(x))
+        return self.out_proj(x * self.act(z))

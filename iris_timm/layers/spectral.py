@@ -1,6 +1,6 @@
-"""Fourier-space token mixing operators.
+"""Learned Fourier weights on a fixed number of low modes (FNO / GFNet style).
 
-Both operators map a real feature map to a real feature map of the same shape through
+The operator maps a real feature map to a real feature map of the same shape through
 ``irfft2(multiplier ⊙ rfft2(x))``. The FFT math always runs in float32 with autocast
 disabled on the tensor's own device (half-precision FFTs lose accuracy and cuFFT refuses
 non-power-of-two sizes in half precision); the result is cast back to the input dtype.
@@ -8,13 +8,12 @@ non-power-of-two sizes in half precision); the result is cast back to the input 
 Layout: ``channels_last=False`` takes ``(B, C, H, W)``, ``channels_last=True`` takes
 ``(B, H, W, C)``. The layout is fixed at construction, so ``forward`` has no branches on it.
 
-* :class:`ConvectionDiffusionReaction2d` evaluates a learnable PDE symbol on the input's own
-  frequency grid: its parameters do not depend on resolution.
-* :class:`SpectralConv2d` learns free complex weights for a fixed number of low Fourier modes
-  (FNO / GFNet style). "Modes" are integer frequencies: ``modes_h`` keeps the row frequencies
-  ``-modes_h .. modes_h - 1`` and ``modes_w`` the column frequencies ``0 .. modes_w - 1`` (the
-  real FFT stores only non-negative column frequencies). A grid too small to hold every kept
-  mode simply uses the modes it has; higher frequencies are set to zero.
+:class:`SpectralConv2d` learns free complex weights for a fixed number of low Fourier modes.
+"Modes" are integer frequencies: ``modes_h`` keeps the row frequencies ``-modes_h .. modes_h - 1``
+and ``modes_w`` the column frequencies ``0 .. modes_w - 1`` (the real FFT stores only non-negative
+column frequencies). A grid too small to hold every kept mode simply uses the modes it has; higher
+frequencies are set to zero. The domain is periodic (GFNet's); the convection–diffusion–reaction
+operator in :mod:`iris_timm.layers.cdr` has an open boundary.
 """
 
 import math
@@ -23,44 +22,7 @@ import torch
 from timm.layers import register_notrace_module
 from torch import nn
 
-__all__ = ["ConvectionDiffusionReaction2d", "FourierOperator2d", "SpectralConv2d", "fourier_wavenumbers"]
-
-
-def _signed_frequencies(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Integer frequencies of an FFT of length ``n`` in FFT order, and the Nyquist mask.
-
-    For even ``n`` the entry at index ``n // 2`` is the Nyquist frequency, reported as ``-n / 2``.
-    """
-    index = torch.arange(n, device=device, dtype=torch.float32)
-    signed = torch.where(2 * index < n, index, index - n)
-    return signed, 2 * index == n
-
-
-def fourier_wavenumbers(
-    height: int, width: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Angular wavenumbers of an ``rfft2`` of an ``(height, width)`` grid, in content units.
-
-    The grid is read as a domain of unit area with square cells: cell size ``1 / sqrt(H * W)``,
-    domain ``sqrt(H / W) x sqrt(W / H)``. The same content sampled on a finer grid therefore has
-    the same wavenumbers for the same physical frequencies, and a PDE operator evaluated on
-    these wavenumbers acts on the content the same way at every resolution.
-
-    Returns:
-        ``k_h`` of shape ``(H, 1)`` and ``k_w`` of shape ``(1, W // 2 + 1)`` for the diffusion
-        term, and the same two with the Nyquist frequency of even sizes set to zero for the
-        convection term: an odd (imaginary) symbol at Nyquist is not representable by a real
-        operator, so zeroing it keeps the operator real and exactly equal to a full complex FFT.
-    """
-    cell = 1.0 / math.sqrt(height * width)
-    m_h, nyquist_h = _signed_frequencies(height, device)
-    m_w = torch.arange(width // 2 + 1, device=device, dtype=torch.float32)
-    nyquist_w = 2 * m_w == width
-    k_h = (2 * math.pi / (height * cell)) * m_h
-    k_w = (2 * math.pi / (width * cell)) * m_w
-    k_h_conv = torch.where(nyquist_h, torch.zeros_like(k_h), k_h)
-    k_w_conv = torch.where(nyquist_w, torch.zeros_like(k_w), k_w)
-    return k_h[:, None], k_w[None, :], k_h_conv[:, None], k_w_conv[None, :]
+__all__ = ["DFT_MAX_POINTS", "FourierOperator2d", "SpectralConv2d"]
 
 
 def _dft_matrices(size: int, frequencies: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -155,111 +117,14 @@ class FourierOperator2d(nn.Module):
         return torch.fft.irfft2(self.multiply(x_ft, height, width), s=(height, width), dim=self.fft_dims)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.jit.is_scripting():  # TorchScript applies no autocast (and needs a constant device type)
+        if torch.jit.is_scripting():  # TorchScript applies no autocast
+            y = self._apply_fp32(x)
+        elif not torch.amp.is_autocast_available(x.device.type):  # e.g. meta: nothing to disable
             y = self._apply_fp32(x)
         else:
             with torch.autocast(device_type=x.device.type, enabled=False):
                 y = self._apply_fp32(x)
         return y.to(x.dtype)
-
-
-@register_notrace_module  # shapes drive the wavenumber grid: a leaf for torch.fx
-class ConvectionDiffusionReaction2d(FourierOperator2d):
-    """Learnable convection–diffusion–reaction operator, applied as a Fourier symbol.
-
-    Each channel evolves for a learnable time ``t`` under ``∂u/∂t = D ∇²u − v·∇u + r u``,
-    whose exact solution in Fourier space is
-
-        û(k) ← exp(t · (−D |k|² − i v·k + r)) · û(k)
-
-    with diffusion ``D ≥ 0``, velocity ``v ∈ R²``, reaction ``r`` and time ``t > 0`` shared by
-    the channels of one head. In space this is a Gaussian blur of width ``sqrt(2 t D)``, shifted
-    by ``t v`` (periodic boundary), scaled by ``exp(t r)``. The symbol is evaluated on the
-    input's own wavenumber grid (see :func:`fourier_wavenumbers`), so the parameter count and
-    meaning are independent of resolution and one set of weights runs at any size.
-    Channels are not mixed here; that is left to pointwise layers.
-
-    Args:
-        channels: number of channels.
-        num_heads: groups of channels sharing one set of coefficients; ``None`` = one per channel.
-        channels_last: input layout ``(B, H, W, C)`` if True, else ``(B, C, H, W)``.
-        diffusion_range: initial ``D`` is log-uniform over heads in this range (content units).
-            The defaults put the blur width between about one cell of a 56×56 grid and a
-            third of the image, so heads start at many scales.
-        max_initial_shift: initial velocities are uniform in ``[-s, s]²`` (content units).
-    """
-
-    def __init__(
-        self,
-        channels: int,
-        num_heads: int | None = None,
-        channels_last: bool = False,
-        diffusion_range: tuple[float, float] = (1e-5, 3e-2),
-        max_initial_shift: float = 0.02,
-        device=None,
-        dtype=None,
-    ):
-        super().__init__(channels_last)
-        num_heads = num_heads or channels
-        if channels % num_heads:
-            raise ValueError(f"channels ({channels}) must be divisible by num_heads ({num_heads}).")
-        dd = {"device": device, "dtype": dtype}
-        self.channels = channels
-        self.num_heads = num_heads
-        self.diffusion_range = diffusion_range
-        self.max_initial_shift = max_initial_shift
-        self.log_diffusion = nn.Parameter(torch.empty(num_heads, **dd))
-        self.velocity = nn.Parameter(torch.empty(num_heads, 2, **dd))
-        self.reaction = nn.Parameter(torch.empty(num_heads, **dd))
-        self.log_time = nn.Parameter(torch.empty(num_heads, **dd))
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        low, high = (math.log(d) for d in self.diffusion_range)
-        with torch.no_grad():
-            self.log_diffusion.copy_(torch.linspace(low, high, self.num_heads))
-            self.velocity.uniform_(-self.max_initial_shift, self.max_initial_shift)
-            self.reaction.zero_()
-            self.log_time.zero_()
-
-    def symbol(self, height: int, width: int, device: torch.device) -> torch.Tensor:
-        """The complex multiplier on an ``rfft2`` grid: ``(C, H, W // 2 + 1)``, or ``(H, W // 2 + 1, C)``
-        when ``channels_last``.
-
-        The symbol factorises, ``exp(t r) · exp(−t D k_h² − i t v_h k_h) · exp(−t D k_w² − i t v_w k_w)``, so
-        the exponentials are taken on the ``H + W // 2 + 1`` wavenumbers of each axis and the grid costs one
-        complex product per point. Nothing depends on the grid but two short wavenumber vectors, so there
-        is nothing worth caching across calls.
-        """
-        k_h, k_w, k_h_conv, k_w_conv = fourier_wavenumbers(height, width, device)
-        time = self.log_time.float().exp()  # (heads,)
-        rate = time * self.log_diffusion.float().exp()
-        drift = time[:, None] * self.velocity.float()  # (heads, 2)
-        row_re, row_im = self._axis_factor(k_h, k_h_conv, rate, drift[:, 0], time * self.reaction.float())  # (H, C)
-        col_re, col_im = self._axis_factor(k_w.t(), k_w_conv.t(), rate, drift[:, 1], torch.zeros_like(rate))
-        if self.channels_last:  # (H, 1, C) x (1, Wr, C)
-            row_re, row_im, col_re, col_im = row_re[:, None], row_im[:, None], col_re[None], col_im[None]
-        else:  # (C, H, 1) x (C, 1, Wr)
-            row_re, row_im = row_re.t()[:, :, None], row_im.t()[:, :, None]
-            col_re, col_im = col_re.t()[:, None, :], col_im.t()[:, None, :]
-        # The outer product in real arithmetic (the ONNX exporter broadcasts no complex tensor).
-        return torch.complex(row_re * col_re - row_im * col_im, row_re * col_im + row_im * col_re)
-
-    def _axis_factor(
-        self, k: torch.Tensor, k_conv: torch.Tensor, rate: torch.Tensor, drift: torch.Tensor, log_gain: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Real and imaginary parts of ``exp(log_gain − rate k² − i drift k_conv)`` on one axis:
-        ``(K, 1)`` wavenumbers -> two ``(K, C)``."""
-        per_head = self.channels // self.num_heads
-        magnitude = (log_gain - rate * k**2).exp().repeat_interleave(per_head, dim=-1)  # (K, C)
-        phase = (-drift * k_conv).repeat_interleave(per_head, dim=-1)
-        return magnitude * phase.cos(), magnitude * phase.sin()
-
-    def multiply(self, x_ft: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        return x_ft * self.symbol(height, width, x_ft.device)
-
-    def extra_repr(self) -> str:
-        return f"{self.channels}, num_heads={self.num_heads}, channels_last={self.channels_last}"
 
 
 @register_notrace_module  # shapes select the kept modes: a leaf for torch.fx

@@ -1,10 +1,12 @@
 """IRIS PDE-SSM backbones.
 
-A hierarchical 4-stage MetaFormer (stride 4/8/16/32) whose token mixer is the PDE-SSM mixer:
-a learnable convection–diffusion–reaction operator applied in Fourier space (O(N log N) in the
-number of tokens), plus a pointwise path, a local token differential and a self-gate. Features
-stay channels-last ``(B, H, W, C)`` inside the network; ``forward_intermediates`` returns NCHW by
-default, like timm's other channels-last models.
+A hierarchical 4-stage backbone (stride 4/8/16/32) whose blocks pair a learned local filter with a global one:
+a learnable convection–diffusion–reaction operator (:mod:`iris_timm.layers.cdr`, linear in the number of tokens,
+open image edges, any resolution). The default block is gated (MambaOut's design): one norm, one expanding linear
+split into gate, identity and spatial channels, a depthwise conv plus the PDE operator on the spatial channels,
+and one projecting linear. ``block='metaformer'`` (the 0.1 design: PDE-SSM mixer then MLP) and ``block='heat'``
+(vHeat-style mixer then MLP) remain for comparison. Features stay channels-last ``(B, H, W, C)`` inside the
+network; ``forward_intermediates`` returns NCHW by default, like timm's other channels-last models.
 
 Every registered name starts with ``iris_``. Pretrained weights, once published, follow the hub id
 scheme ``iris-timm/<model name>.<tag>`` (for example ``iris-timm/iris_pdessm_s.in1k``), set through
@@ -12,6 +14,8 @@ scheme ``iris-timm/<model name>.<tag>`` (for example ``iris-timm/iris_pdessm_s.i
 carry no ``hf_hub_id`` and ``pretrained=True`` warns and keeps the random initialisation, as timm does.
 """
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -37,9 +41,16 @@ from timm.models import (
 from timm.models._features import feature_take_indices
 from torch import nn
 
-from ..layers import ConvectionDiffusionReaction2d, PDESSMMixer, SpectralConv2d
+from ..layers import (
+    ConvectionDiffusionReaction2d,
+    HeatMixer,
+    LocalPlusGlobal,
+    LocalThenGlobal,
+    PDESSMMixer,
+    SpectralConv2d,
+)
 
-__all__ = ["IrisPDESSM"]
+__all__ = ["BLOCKS", "GatedBlock", "IrisPDESSM", "MetaFormerBlock", "legacy_0_1_model_args"]
 
 
 @register_notrace_function
@@ -55,8 +66,8 @@ def check_input(x: torch.Tensor, in_chans: int, min_size: int) -> None:
         )
     if x.shape[2] < min_size or x.shape[3] < min_size:
         raise ValueError(
-            f"Expected an image batch of shape {expected}, got {list(x.shape)}: the input must be at least as "
-            f"large as the network's total stride ({min_size})."
+            f"Expected an image batch of shape {expected}, got {list(x.shape)}: the input must be at least one "
+            f"stem cell ({min_size} pixels) on each side."
         )
 
 
@@ -114,17 +125,17 @@ class Downsample(nn.Module):
         return self.norm(x)
 
 
-class IrisBlock(nn.Module):
-    """MetaFormer block: ``x + drop_path(ls(mixer(norm(x))))``, then ``x + drop_path(ls(mlp(norm(x))))``."""
+class MetaFormerBlock(nn.Module):
+    """MetaFormer block: ``x + drop_path(ls(mixer(norm(x))))``, then ``x + drop_path(ls(mlp(norm(x))))``.
+
+    ``mixer_layer`` builds the token mixer from the width: the PDE-SSM mixer, or the vHeat-style mixer.
+    """
 
     def __init__(
         self,
         dim: int,
+        mixer_layer: Callable[..., nn.Module],
         mlp_ratio: float = 4.0,
-        operator: str = "pde",
-        pde_heads: int | None = None,
-        spectral_modes: int = 8,
-        token_diff: str = "local",
         ls_init_value: float | None = 1e-6,
         drop_path: float = 0.0,
         act_layer: type[nn.Module] = nn.GELU,
@@ -135,15 +146,7 @@ class IrisBlock(nn.Module):
         super().__init__()
         dd = {"device": device, "dtype": dtype}
         self.norm1 = norm_layer(dim, **dd)
-        self.mixer = PDESSMMixer(
-            dim,
-            operator,
-            pde_heads=pde_heads,
-            spectral_modes=spectral_modes,
-            spectral_depthwise=True,
-            token_diff=token_diff,
-            **dd,
-        )
+        self.mixer = mixer_layer(dim, **dd)
         self.ls1 = LayerScale(dim, ls_init_value, **dd) if ls_init_value is not None else nn.Identity()
         self.drop_path1 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
         self.norm2 = norm_layer(dim, **dd)
@@ -157,8 +160,90 @@ class IrisBlock(nn.Module):
         return x
 
 
+class GatedBlock(nn.Module):
+    """Gated block (MambaOut's design, with a local and a global spatial filter): one norm, one residual.
+
+    ``norm -> fc1 -> split (gate, identity, spatial) -> spatial filter -> act(gate) * cat(identity, spatial)
+    -> fc2``, added to the input. ``fc1`` expands to ``2 * expansion_ratio * dim``; ``dim`` of the expanded
+    channels pass through the spatial filter (``spatial_layer``: depthwise conv with the PDE operator).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        spatial_layer: Callable[..., nn.Module],
+        expansion_ratio: float = 8 / 3,
+        ls_init_value: float | None = None,
+        drop_path: float = 0.0,
+        act_layer: type[nn.Module] = nn.GELU,
+        norm_layer: type[nn.Module] = LayerNorm,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        dd = {"device": device, "dtype": dtype}
+        hidden = int(expansion_ratio * dim)
+        if hidden < dim:
+            raise ValueError(
+                f"expansion_ratio must be at least 1 (the spatial channels are dim), got {expansion_ratio}."
+            )
+        self.split_sizes = [hidden, hidden - dim, dim]  # gate, identity, spatial
+        self.norm = norm_layer(dim, **dd)
+        self.fc1 = nn.Linear(dim, 2 * hidden, **dd)
+        self.spatial = spatial_layer(dim, **dd)
+        self.act = act_layer()
+        self.fc2 = nn.Linear(hidden, dim, **dd)
+        self.ls = LayerScale(dim, ls_init_value, **dd) if ls_init_value is not None else nn.Identity()
+        self.drop_path = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x  # (B, H, W, C)
+        gate, identity, spatial = torch.split(self.fc1(self.norm(x)), self.split_sizes, dim=-1)
+        x = self.act(gate) * torch.cat((identity, self.spatial(spatial)), dim=-1)  # (B, H, W, hidden)
+        return shortcut + self.drop_path(self.ls(self.fc2(x)))
+
+
+BLOCKS = ("gated", "metaformer", "heat")
+SPATIAL_MIXES = {"sum": LocalPlusGlobal, "sequence": LocalThenGlobal}
+
+
+def block_layer(
+    block: str,
+    mlp_ratio: float,
+    expansion_ratio: float,
+    kernel_size: int,
+    spatial_mix: str,
+    operator: str,
+    spectral_modes: int,
+    token_diff: str,
+    norm_layer: type[nn.Module],
+    **pde_args: Any,
+) -> Callable[..., nn.Module]:
+    """The block constructor for ``block`` with its own arguments bound; it then takes
+    ``(dim, drop_path=..., ls_init_value=..., act_layer=..., device=..., dtype=...)``."""
+    if block != "metaformer" and (operator, token_diff) != ("pde", "local"):
+        raise ValueError(
+            f"operator={operator!r} and token_diff={token_diff!r} belong to the PDE-SSM mixer: pass block='metaformer' "
+            f"with them (block={block!r} always uses the PDE operator)."
+        )
+    if block == "gated":
+        if spatial_mix not in SPATIAL_MIXES:
+            raise ValueError(f"Unknown spatial_mix {spatial_mix!r}; choose one of {tuple(SPATIAL_MIXES)}.")
+        spatial = partial(SPATIAL_MIXES[spatial_mix], kernel_size=kernel_size, norm_layer=norm_layer, **pde_args)
+        return partial(GatedBlock, spatial_layer=spatial, expansion_ratio=expansion_ratio, norm_layer=norm_layer)
+    if block == "metaformer":
+        mixer = partial(
+            PDESSMMixer, operator=operator, spectral_modes=spectral_modes, token_diff=token_diff, **pde_args
+        )
+        return partial(MetaFormerBlock, mixer_layer=mixer, mlp_ratio=mlp_ratio, norm_layer=norm_layer)
+    if block == "heat":
+        mixer = partial(HeatMixer, norm_layer=norm_layer, **pde_args)
+        return partial(MetaFormerBlock, mixer_layer=mixer, mlp_ratio=mlp_ratio, norm_layer=norm_layer)
+    raise ValueError(f"Unknown block {block!r}; choose one of {BLOCKS}.")
+
+
 class IrisStage(nn.Module):
-    """Optional downsample, then ``depth`` blocks."""
+    """Optional downsample, then ``depth`` blocks built by ``block_fn`` (see :func:`block_layer`)."""
 
     def __init__(
         self,
@@ -167,6 +252,7 @@ class IrisStage(nn.Module):
         depth: int,
         downsample: bool,
         drop_path: list[float],
+        block_fn: Callable[..., nn.Module],
         norm_layer: type[nn.Module] = LayerNorm,
         device=None,
         dtype=None,
@@ -177,10 +263,7 @@ class IrisStage(nn.Module):
         self.grad_checkpointing = False
         self.downsample = Downsample(dim, dim_out, norm_layer, **dd) if downsample else nn.Identity()
         self.blocks = nn.Sequential(
-            *[
-                IrisBlock(dim_out, drop_path=drop_path[i], norm_layer=norm_layer, **block_kwargs, **dd)
-                for i in range(depth)
-            ]
+            *[block_fn(dim_out, drop_path=drop_path[i], **block_kwargs, **dd) for i in range(depth)]
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -199,12 +282,23 @@ class IrisPDESSM(nn.Module):
         global_pool: ``'avg'``, ``'max'``, ``'avgmax'`` or ``''`` (no pooling).
         depths: blocks per stage.
         dims: channels per stage.
-        mlp_ratio: MLP hidden width over block width.
-        operator: global operator of the mixer: ``'pde'``, ``'spectral'`` (GFNet-style learned weights
-            on ``spectral_modes`` low modes per channel) or ``'pde+spectral'``.
+        block: ``'gated'`` (the default: MambaOut-style gated block whose spatial filter is a depthwise conv with
+            the PDE operator), ``'metaformer'`` (PDE-SSM mixer then MLP, the 0.1 design) or ``'heat'``
+            (vHeat-style mixer then MLP).
+        expansion_ratio: gated block: ``fc1`` expands to ``2 * expansion_ratio * dim`` (gate and value halves).
+        kernel_size: gated block: the depthwise conv's kernel size.
+        spatial_mix: gated block: ``'sum'`` (``dwconv(x) + norm(pde(x))``) or ``'sequence'``
+            (``norm(pde(dwconv(x)))``).
+        mlp_ratio: metaformer and heat blocks: MLP hidden width over block width.
+        operator: metaformer block: ``'pde'``, ``'spectral'`` (GFNet-style learned weights on ``spectral_modes``
+            low modes per channel) or ``'pde+spectral'``.
         pde_heads: channels share PDE coefficients in this many heads per block; ``None``: per channel.
+        pde_boundary: ``'open'`` (zero outside the image) or ``'periodic'``.
+        pde_modes: the PDE operator's content-frequency cut-off (see :mod:`iris_timm.layers.cdr`); ``0`` keeps
+            every mode with no resolution floor.
+        pde_method: how the PDE operator is computed: ``'modes'``, ``'separable'`` or ``'fft'`` (same result).
         spectral_modes: modes kept by the ``'spectral'`` operator (a fixed count, any grid runs).
-        token_diff: ``'local'`` (3x3 high-pass), ``'global'`` (minus the global mean) or ``'none'``.
+        token_diff: metaformer block: ``'local'`` (3x3 high-pass), ``'global'`` (minus the global mean) or ``'none'``.
         stem_stride: 4 for ImageNet-sized inputs; 2 or 1 for small images such as CIFAR's 32x32.
         ls_init_value: initial layer scale; ``None`` disables layer scale.
         drop_rate: dropout before the classifier.
@@ -216,15 +310,22 @@ class IrisPDESSM(nn.Module):
         in_chans: int = 3,
         num_classes: int = 1000,
         global_pool: str = "avg",
-        depths: tuple[int, ...] = (2, 2, 6, 2),
+        depths: tuple[int, ...] = (3, 4, 15, 3),
         dims: tuple[int, ...] = (64, 128, 320, 512),
+        block: str = "gated",
+        expansion_ratio: float = 8 / 3,
+        kernel_size: int = 7,
+        spatial_mix: str = "sum",
         mlp_ratio: float = 4.0,
         operator: str = "pde",
         pde_heads: int | None = None,
+        pde_boundary: str = "open",
+        pde_modes: int = 6,
+        pde_method: str = "modes",
         spectral_modes: int = 8,
         token_diff: str = "local",
         stem_stride: int = 4,
-        ls_init_value: float | None = 1e-6,
+        ls_init_value: float | None = None,
         act_layer: str | type[nn.Module] = nn.GELU,
         norm_layer: type[nn.Module] = LayerNorm,
         drop_rate: float = 0.0,
@@ -241,9 +342,25 @@ class IrisPDESSM(nn.Module):
         self.in_chans = in_chans
         self.drop_rate = drop_rate
         self.output_fmt = "NHWC"
-        self.min_input_size = stem_stride * 2 ** (len(depths) - 1)  # the total stride
+        # Every stride-2 conv rounds up, so any input of at least one stem cell gives every stage a grid >= 1x1.
+        self.min_input_size = stem_stride
 
         self.stem = Stem(in_chans, dims[0], stem_stride, act_layer=act_layer, norm_layer=norm_layer, **dd)
+        block_fn = block_layer(
+            block,
+            mlp_ratio=mlp_ratio,
+            expansion_ratio=expansion_ratio,
+            kernel_size=kernel_size,
+            spatial_mix=spatial_mix,
+            operator=operator,
+            spectral_modes=spectral_modes,
+            token_diff=token_diff,
+            norm_layer=norm_layer,
+            pde_heads=pde_heads,
+            pde_boundary=pde_boundary,
+            pde_modes=pde_modes,
+            pde_method=pde_method,
+        )
         drop_path_rates = calculate_drop_path_rates(drop_path_rate, depths, stagewise=True)
         self.stages = nn.Sequential()
         self.feature_info = []
@@ -257,12 +374,8 @@ class IrisPDESSM(nn.Module):
                     depth,
                     downsample=i > 0,
                     drop_path=drop_path_rates[i],
+                    block_fn=block_fn,
                     norm_layer=norm_layer,
-                    mlp_ratio=mlp_ratio,
-                    operator=operator,
-                    pde_heads=pde_heads,
-                    spectral_modes=spectral_modes,
-                    token_diff=token_diff,
                     ls_init_value=ls_init_value,
                     act_layer=act_layer,
                     **dd,
@@ -393,6 +506,25 @@ def checkpoint_filter_fn(state_dict: dict[str, torch.Tensor], model: IrisPDESSM)
     return state_dict
 
 
+# Version 0.1 built every model with MetaFormer blocks, a periodic, unlimited CDR operator and layer scale, and
+# other sizes for t/s/b. A folder saved by 0.1 records only the arguments its creator passed, so these restore the
+# architecture its weights belong to (iris_timm.hub applies them to folders that carry no iris_timm version).
+LEGACY_0_1_MODEL_ARGS: dict[str, Any] = dict(
+    block="metaformer", pde_boundary="periodic", pde_modes=0, pde_method="fft", ls_init_value=1e-6
+)
+LEGACY_0_1_SIZES: dict[str, dict[str, Any]] = {
+    "iris_pdessm_t": dict(depths=(2, 2, 6, 2), dims=(64, 128, 320, 512)),
+    "iris_pdessm_s": dict(depths=(3, 4, 12, 3), dims=(64, 128, 320, 512)),
+    "iris_pdessm_b": dict(depths=(3, 3, 18, 3), dims=(96, 192, 384, 768)),
+    "iris_pdessm_test": dict(depths=(1, 1, 1, 1), dims=(16, 32, 48, 64), pde_heads=4),
+}
+
+
+def legacy_0_1_model_args(architecture: str) -> dict[str, Any]:
+    """The model arguments that rebuild a model saved by iris_timm 0.1 under today's defaults."""
+    return {**LEGACY_0_1_MODEL_ARGS, **LEGACY_0_1_SIZES.get(architecture, {})}
+
+
 def _cfg(**kwargs: Any) -> dict[str, Any]:
     return {
         "url": "",
@@ -416,6 +548,7 @@ default_cfgs = generate_default_cfgs(
         "iris_pdessm_t": _cfg(),
         "iris_pdessm_s": _cfg(),
         "iris_pdessm_b": _cfg(),
+        "iris_pdessm_atto": _cfg(input_size=(3, 32, 32), pool_size=(1, 1), num_classes=10, crop_pct=1.0),
         "iris_pdessm_test": _cfg(input_size=(3, 64, 64), pool_size=(2, 2)),
     }
 )
@@ -434,23 +567,31 @@ def _create_iris_pdessm(variant: str, pretrained: bool = False, **kwargs: Any) -
 
 @register_model
 def iris_pdessm_t(pretrained: bool = False, **kwargs: Any) -> IrisPDESSM:
-    model_args = dict(depths=(2, 2, 6, 2), dims=(64, 128, 320, 512))
+    model_args = dict(depths=(3, 3, 9, 3), dims=(48, 96, 256, 384))
     return _create_iris_pdessm("iris_pdessm_t", pretrained=pretrained, **dict(model_args, **kwargs))
 
 
 @register_model
 def iris_pdessm_s(pretrained: bool = False, **kwargs: Any) -> IrisPDESSM:
-    model_args = dict(depths=(3, 4, 12, 3), dims=(64, 128, 320, 512))
+    model_args = dict(depths=(3, 4, 15, 3), dims=(64, 128, 320, 512))
     return _create_iris_pdessm("iris_pdessm_s", pretrained=pretrained, **dict(model_args, **kwargs))
 
 
 @register_model
 def iris_pdessm_b(pretrained: bool = False, **kwargs: Any) -> IrisPDESSM:
-    model_args = dict(depths=(3, 3, 18, 3), dims=(96, 192, 384, 768))
+    model_args = dict(depths=(3, 4, 27, 3), dims=(96, 192, 384, 768))
     return _create_iris_pdessm("iris_pdessm_b", pretrained=pretrained, **dict(model_args, **kwargs))
 
 
 @register_model
+def iris_pdessm_atto(pretrained: bool = False, **kwargs: Any) -> IrisPDESSM:
+    """CIFAR-sized (convnext_atto's widths and depths), for 32x32 images and CPU recipes."""
+    model_args = dict(depths=(2, 2, 6, 2), dims=(40, 80, 160, 320))
+    return _create_iris_pdessm("iris_pdessm_atto", pretrained=pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
 def iris_pdessm_test(pretrained: bool = False, **kwargs: Any) -> IrisPDESSM:
-    model_args = dict(depths=(1, 1, 1, 1), dims=(16, 32, 48, 64), pde_heads=4)
+    # The first stage's width (24) differs from its grid at the test size (16x16), so layouts are unambiguous.
+    model_args = dict(depths=(1, 1, 1, 1), dims=(24, 32, 48, 64), pde_heads=4)
     return _create_iris_pdessm("iris_pdessm_test", pretrained=pretrained, **dict(model_args, **kwargs))

@@ -1,0 +1,276 @@
+"""The convection–diffusion–reaction (CDR) operator: a learnable PDE as a global token mixer.
+
+Each channel evolves for a learnable time ``t`` under ``∂u/∂t = D ∇²u − v·∇u + r u``. On an unbounded
+domain the exact solution is a convolution with a kernel that is a Gaussian of variance ``2 t D`` per axis,
+shifted by ``t v`` and scaled by ``exp(t r)``; in Fourier space it is the symbol
+
+    S(k) = exp(−(τ₀ + t D) |k|² − i t v·k + t r),
+
+where ``τ₀`` is the operator's *resolution* (below). Coefficients live in content units: the image is a domain
+of unit area with square cells, so one set of weights acts on the same content the same way at every size.
+
+Boundary
+    ``boundary="open"`` (the default) treats the image as lying on an unbounded plane with zeros outside, exactly
+    as a zero-padded convolution does: content convected past an edge leaves the image, and blur does not mix
+    opposite borders. It is computed on a period of twice the image side per axis (an implicit zero padding,
+    which costs nothing in the mode transforms: they only evaluate basis functions on the image's own cells).
+    Zero padding, rather than an even reflection, is used because it is the boundary of every convolution in the
+    network and makes the operator a plain linear convolution with its kernel, which tests can check directly.
+    The open form is exact while the kernel's reach (shift plus about 4 blur widths) stays under one image side;
+    past it the kernel's tail wraps once around the doubled period. ``boundary="periodic"`` keeps the wrap-around
+    torus (GFNet's and the FFT's natural domain).
+
+Resolution and modes
+    ``modes`` sets a cut-off in content units: the operator keeps the wavenumbers ``|k| ≤ π·modes`` per axis
+    (rounded up to the next frequency of the grid), which on a square image's open (doubled) period are the
+    integer frequencies ``0 .. modes``; on a non-square image each axis keeps as many as its content length
+    holds, and on the periodic domain half as many.
+    The cut-off does not depend on the grid, so the cost is linear in pixels. So that the cut modes carry
+    nothing, the symbol always includes a fixed diffusion ``τ₀ = ln(1 / CUTOFF_DAMPING) / (π·modes)²``: every
+    cut mode is damped below ``CUTOFF_DAMPING`` (times the reaction gain ``exp(t r)``) before it is cut, which
+    bounds the truncation error. The operator is therefore a smooth, global mixer (its narrowest blur has width
+    ``sqrt(2 τ₀) ≈ 1.18 / modes`` of the image side); detail finer than that is the block's local path's job.
+
+Implementations (one class each, chosen once by :func:`create_cdr`; all compute the same operator and share
+one state dict)
+    ``"modes"``: the kept modes as matrix products on channels-last data: a real cosine/sine transform along H,
+    then along W, the symbol as a 2×2 rotation per mode and channel, and the inverse transforms. Ordinary GEMMs:
+    they run in the autocast dtype with float32 accumulation, on tensor cores, on any grid, and export to ONNX.
+    Cost per pixel and channel about ``4·(modes + 1)`` multiply-adds on large grids (the two transforms along H;
+    those along W act on the already reduced map); exact up to the cut-off damping.
+    ``"separable"``: the symbol factorises into one factor per axis, so the operator is one dense 1-D operator
+    along H and one along W per channel (``H + W`` multiply-adds per pixel and channel), with every mode: exact.
+    ``"fft"``: ``rfft2`` over the (padded) period, in float32 (the FFT is float32 under autocast, and cuFFT
+    refuses half precision on non-power-of-two sizes): exact, kept as the reference.
+"""
+
+import math
+
+import torch
+from timm.layers import register_notrace_module
+from torch import nn
+
+__all__ = [
+    "BOUNDARIES",
+    "CDR_METHODS",
+    "CUTOFF_DAMPING",
+    "ConvectionDiffusionReaction2d",
+    "FFTConvectionDiffusionReaction2d",
+    "SeparableConvectionDiffusionReaction2d",
+    "create_cdr",
+]
+
+BOUNDARIES = ("open", "periodic")
+# The symbol's magnitude, relative to the reaction gain, at the cut-off wavenumber π·modes.
+CUTOFF_DAMPING = 1e-3
+
+
+def _kept_frequencies(period: int, cell: float, max_wavenumber: float, device: torch.device) -> torch.Tensor:
+    """Integer frequencies ``0 .. m`` of a real transform over ``period`` samples: up to the first whose
+    wavenumber reaches ``max_wavenumber`` (so every cut one lies above it), at most ``period // 2``."""
+    highest = period // 2
+    if math.isfinite(max_wavenumber):
+        highest = min(highest, math.ceil(max_wavenumber * period * cell / (2 * math.pi) - 1e-6))
+    return torch.arange(highest + 1, device=device)
+
+
+def _bases(frequencies: torch.Tensor, period: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The real transform of ``size`` cells over ``period`` samples, on the kept ``frequencies`` (``M``):
+
+    * analysis ``(2M, size)``: rows ``cos`` then ``sin`` of ``2π m j / period``, over ``sqrt(period)``;
+    * synthesis ``(size, 2M)``: its inverse on the real half spectrum, cropped to the ``size`` cells: a frequency
+      ``m`` stands for ``±m`` (weight 2), except 0 and the Nyquist frequency (weight 1).
+
+    ``m · j`` is reduced modulo the period in integers first, so the angles stay exact in float32.
+    """
+    j = torch.arange(size, device=frequencies.device)
+    angle = (2 * math.pi / period) * torch.remainder(frequencies[:, None] * j[None, :], period).float()
+    analysis = torch.cat([angle.cos(), angle.sin()]) / math.sqrt(period)  # (2M, size)
+    weight = 2.0 - ((frequencies == 0) | (2 * frequencies == period)).float()
+    return analysis, (analysis * weight.repeat(2)[:, None]).t()
+
+
+def _rotate(z: torch.Tensor, dim: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Multiply a spectrum ``a − i b``, stored as ``(a, b)`` along ``dim``, by ``ρ e^{iψ}``, given as
+    ``cos = (ρ cos ψ, ρ cos ψ)`` and ``sin = (ρ sin ψ, −ρ sin ψ)`` stacked the same way:
+    ``(a, b) -> (a ρcos ψ + b ρsin ψ, b ρcos ψ − a ρsin ψ)``."""
+    return torch.addcmul(z * cos, z.flip(dim), sin)
+
+
+@register_notrace_module  # the grid size drives the transforms: a leaf for torch.fx
+class ConvectionDiffusionReaction2d(nn.Module):
+    """Learnable convection–diffusion–reaction operator on a feature map, computed on the kept modes.
+
+    See the module docstring for the operator, its boundary, its cut-off and the other implementations
+    (:class:`SeparableConvectionDiffusionReaction2d`, :class:`FFTConvectionDiffusionReaction2d`), which subclass
+    this one and replace only :meth:`apply_nhwc`.
+
+    Args:
+        channels: number of channels; the operator does not mix them.
+        num_heads: groups of channels sharing one set of coefficients; ``None`` = one set per channel.
+        channels_last: input layout ``(B, H, W, C)`` if True, else ``(B, C, H, W)``.
+        boundary: ``"open"`` (zero outside the image) or ``"periodic"``.
+        modes: content-frequency cut-off, ``|k| <= π·modes``; also sets the resolution ``τ₀``. ``0`` keeps
+            every mode of the grid with no ``τ₀`` (the unlimited operator; its cost grows with the grid).
+        diffusion_range: initial ``D`` is log-uniform over heads in this range (content units), on top of ``τ₀``.
+        max_initial_shift: initial velocities are uniform in ``[-s, s]²`` (content units).
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        num_heads: int | None = None,
+        channels_last: bool = False,
+        boundary: str = "open",
+        modes: int = 6,
+        diffusion_range: tuple[float, float] = (1e-5, 3e-2),
+        max_initial_shift: float = 0.02,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        num_heads = num_heads or channels
+        if channels % num_heads:
+            raise ValueError(f"channels ({channels}) must be divisible by num_heads ({num_heads}).")
+        if boundary not in BOUNDARIES:
+            raise ValueError(f"Unknown boundary {boundary!r}; choose one of {BOUNDARIES}.")
+        if modes < 0:
+            raise ValueError(f"modes must be >= 1, or 0 for every mode of the grid, got {modes}.")
+        dd = {"device": device, "dtype": dtype}
+        self.channels = channels
+        self.num_heads = num_heads
+        self.channels_last = channels_last
+        self.boundary = boundary
+        self.period_scale = 2 if boundary == "open" else 1  # the open domain is an implicit zero padding
+        self.modes = modes
+        self.diffusion_range = diffusion_range
+        self.max_initial_shift = max_initial_shift
+        # No cut-off (modes=0) keeps every mode of the grid, with no resolution floor τ₀.
+        self.max_wavenumber = math.pi * modes if modes else math.inf
+        self.resolution = math.log(1.0 / CUTOFF_DAMPING) / self.max_wavenumber**2  # τ₀ (0 with no cut-off)
+        # Permutations to and from (B, H, W, C); the identity for channels-last input.
+        self.to_nhwc = [0, 1, 2, 3] if channels_last else [0, 2, 3, 1]
+        self.from_nhwc = [0, 1, 2, 3] if channels_last else [0, 3, 1, 2]
+
+        self.log_diffusion = nn.Parameter(torch.empty(num_heads, **dd))
+        self.velocity = nn.Parameter(torch.empty(num_heads, 2, **dd))
+        self.reaction = nn.Parameter(torch.empty(num_heads, **dd))
+        self.log_time = nn.Parameter(torch.empty(num_heads, **dd))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        low, high = (math.log(d) for d in self.diffusion_range)
+        with torch.no_grad():
+            self.log_diffusion.copy_(torch.linspace(low, high, self.num_heads))
+            self.velocity.uniform_(-self.max_initial_shift, self.max_initial_shift)
+            self.reaction.zero_()
+            self.log_time.zero_()
+
+    def axis_symbol(
+        self, frequencies: torch.Tensor, period: int, cell: float, axis: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The symbol's factor along one axis (0: H, which carries the reaction gain; 1: W) at the integer
+        ``frequencies`` (signed) of a ``period``-sample transform: ``ρ cos ψ`` and ``ρ sin ψ``, each ``(M, C)``.
+
+        At the Nyquist frequency the convection phase is dropped: an odd symbol there is not representable by a
+        real operator (the real FFT ignores it too).
+        """
+        k = (2 * math.pi / (period * cell)) * frequencies.float()[:, None]  # (M, 1)
+        k_conv = k * (2 * frequencies.abs()[:, None] != period)
+        time = self.log_time.float().exp()  # (heads,)
+        rate = self.resolution + time * self.log_diffusion.float().exp()
+        log_gain = time * self.reaction.float() * (1 - axis)
+        magnitude = (log_gain - rate * k**2).exp()  # (M, heads)
+        phase = -time * self.velocity[:, axis].float() * k_conv
+        per_head = self.channels // self.num_heads
+        cos, sin = magnitude * phase.cos(), magnitude * phase.sin()
+        return cos.repeat_interleave(per_head, dim=-1), sin.repeat_interleave(per_head, dim=-1)
+
+    def axis_operator(
+        self, size: int, other: int, axis: int, max_wavenumber: float, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One axis of ``size`` cells (the other has ``other``), on the frequencies up to ``max_wavenumber``: the
+        analysis ``(2M, size)`` and synthesis ``(size, 2M)`` bases and the symbol as the two ``(2, M, C)``
+        factors of :func:`_rotate`."""
+        period = self.period_scale * size
+        cell = 1.0 / math.sqrt(size * other)  # content units: the image has unit area
+        frequencies = _kept_frequencies(period, cell, max_wavenumber, device)
+        analysis, synthesis = _bases(frequencies, period, size)
+        cos, sin = self.axis_symbol(frequencies, period, cell, axis)
+        return analysis, synthesis, torch.stack((cos, cos)), torch.stack((sin, -sin))
+
+    def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
+        """The operator on ``(B, H, W, C)``: transform along H and apply the H factor of the symbol, transform
+        along W and apply its W factor, then the inverse transforms. Every transform is a GEMM."""
+        B, H, W, C = x.shape
+        fwd_h, inv_h, cos_h, sin_h = self.axis_operator(H, W, 0, self.max_wavenumber, x.device)
+        fwd_w, inv_w, cos_w, sin_w = self.axis_operator(W, H, 1, self.max_wavenumber, x.device)
+        kh, kw = fwd_h.shape[0], fwd_w.shape[0]
+        z = torch.matmul(fwd_h.to(x.dtype), x.reshape(B, H, W * C))  # (B, 2Mh, W*C)
+        z = z.reshape(B, 2, kh // 2, W, C)
+        z = _rotate(z, 1, cos_h[:, :, None, :].to(z.dtype), sin_h[:, :, None, :].to(z.dtype))
+        z = torch.matmul(fwd_w.to(z.dtype), z.reshape(B * kh, W, C))  # (B*2Mh, 2Mw, C)
+        z = _rotate(z.reshape(B * kh, 2, kw // 2, C), 1, cos_w.to(z.dtype), sin_w.to(z.dtype))
+        y = torch.matmul(inv_w.to(z.dtype), z.reshape(B * kh, kw, C))  # (B*2Mh, W, C)
+        y = torch.matmul(inv_h.to(y.dtype), y.reshape(B, kh, W * C))  # (B, H, W*C)
+        return y.reshape(B, H, W, C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.apply_nhwc(x.permute(self.to_nhwc)).permute(self.from_nhwc)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.channels}, num_heads={self.num_heads}, channels_last={self.channels_last}, "
+            f"boundary={self.boundary!r}, modes={self.modes}"
+        )
+
+
+class SeparableConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
+    """The same operator, exact: one dense 1-D operator per channel along H, then one along W."""
+
+    def axis_matrix(self, size: int, other: int, axis: int, device: torch.device) -> torch.Tensor:
+        """The exact 1-D operator along one axis, every mode kept: ``(C, size, size)``."""
+        fwd, inv, cos, sin = self.axis_operator(size, other, axis, math.inf, device)
+        rows = cos.transpose(1, 2)[..., None] * fwd.unflatten(0, (2, -1))[:, None]  # (2, C, M, size)
+        rows = rows + sin.transpose(1, 2)[..., None] * fwd.unflatten(0, (2, -1)).flip(0)[:, None]
+        return inv @ rows.transpose(0, 1).flatten(1, 2)  # (C, size, size)
+
+    def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
+        H, W = x.shape[1], x.shape[2]
+        along_h = self.axis_matrix(H, W, 0, x.device).to(x.dtype)  # (C, H, H)
+        along_w = self.axis_matrix(W, H, 1, x.device).to(x.dtype)  # (C, W, W)
+        y = torch.einsum("cij,bjwc->biwc", along_h, x)
+        return torch.einsum("cij,bhjc->bhic", along_w, y)  # (B, H, W, C)
+
+
+class FFTConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
+    """The same operator, exact: ``rfft2`` over the (padded) period in float32. The reference."""
+
+    def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
+        H, W = x.shape[1], x.shape[2]
+        period_h, period_w = self.period_scale * H, self.period_scale * W
+        cell = 1.0 / math.sqrt(H * W)
+        index = torch.arange(period_h, device=x.device)
+        signed = torch.where(2 * index <= period_h, index, index - period_h)  # FFT order
+        cos_h, sin_h = self.axis_symbol(signed, period_h, cell, 0)  # (Ph, C)
+        cos_w, sin_w = self.axis_symbol(torch.arange(period_w // 2 + 1, device=x.device), period_w, cell, 1)
+        symbol = torch.complex(cos_h, sin_h)[:, None, :] * torch.complex(cos_w, sin_w)[None, :, :]  # (Ph, Pw/2+1, C)
+        # A float32 island: autocast runs FFTs in float32, and the product with the symbol is complex64.
+        spectrum = torch.fft.rfft2(x.float(), s=(period_h, period_w), dim=(1, 2))
+        y = torch.fft.irfft2(spectrum * symbol, s=(period_h, period_w), dim=(1, 2))
+        return y[:, :H, :W].to(x.dtype)
+
+
+CDR_METHODS = {
+    "modes": ConvectionDiffusionReaction2d,
+    "separable": SeparableConvectionDiffusionReaction2d,
+    "fft": FFTConvectionDiffusionReaction2d,
+}
+
+
+def create_cdr(channels: int, method: str = "modes", **kwargs) -> ConvectionDiffusionReaction2d:
+    """The CDR operator computed by ``method`` (``"modes"``, ``"separable"`` or ``"fft"``); other arguments as
+    :class:`ConvectionDiffusionReaction2d`'s. Every method takes the same state dict."""
+    if method not in CDR_METHODS:
+        raise ValueError(f"Unknown CDR method {method!r}; choose one of {tuple(CDR_METHODS)}.")
+    return CDR_METHODS[method](channels, **kwargs)

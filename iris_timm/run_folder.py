@@ -1,0 +1,180 @@
+"""The files of a training run's folder (``train.py --output-dir``), defined once for the code that writes them
+(train.py) and the code that reads them (``iris_timm.study``).
+
+- ``train_config.yaml``: the run's whole configuration, every field of train.py's ``Config``;
+- ``metrics.jsonl``: one JSON object a line, a ``TrainingLog`` every ``log_every`` steps and an ``Evaluation``
+  after each evaluation, both with the step and epoch they were taken at;
+- ``summary.json``: the ``Summary``, written last, so a folder without it is a run that did not finish;
+- ``checkpoints/step_<N>/``: Accelerate's state plus ``trainer_state.json`` (the ``TrainerState``) and, with an
+  EMA, ``ema.safetensors``.
+"""
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .files import write_text
+
+__all__ = [
+    "CHECKPOINTS",
+    "EMA_WEIGHTS",
+    "METRICS",
+    "SUMMARY",
+    "TRAINER_STATE",
+    "TRAIN_CONFIG",
+    "Evaluation",
+    "Summary",
+    "TrainerState",
+    "TrainingLog",
+    "append_metrics",
+    "read_evaluations",
+    "read_summary",
+    "read_train_config",
+    "write_summary",
+    "write_train_config",
+]
+
+TRAIN_CONFIG = "train_config.yaml"
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+CHECKPOINTS = "checkpoints"
+TRAINER_STATE = "trainer_state.json"
+EMA_WEIGHTS = "ema.safetensors"  # safetensors, unlike Accelerate's custom objects (pickles)
+
+_VAL = "val/"  # the prefix of evaluation metrics, in metrics.jsonl and in the trackers (TensorBoard)
+
+
+def _from_dict(cls: type, values: dict[str, Any], path: Path) -> Any:
+    """``cls(**values)``, failing with the file's name on keys the record does not have or lacks."""
+    try:
+        return cls(**values)
+    except TypeError as error:
+        raise ValueError(f"{path} does not hold a {cls.__name__}: {error}.") from None
+
+
+# ----------------------------------------------------------------------------- train_config.yaml
+
+
+def write_train_config(folder: Path, config: dict[str, Any]) -> None:
+    write_text(folder / TRAIN_CONFIG, yaml.safe_dump(config, sort_keys=False))
+
+
+def read_train_config(folder: Path) -> dict[str, Any]:
+    return yaml.safe_load((folder / TRAIN_CONFIG).read_text())
+
+
+# ----------------------------------------------------------------------------- metrics.jsonl
+
+
+@dataclass
+class TrainingLog:
+    """The loss and learning rate at a training step."""
+
+    step: int
+    epoch: int
+    loss: float
+    lr: float
+
+    def metrics(self) -> dict[str, float]:
+        """The values by the names metrics.jsonl and the trackers give them."""
+        return {"train/loss": self.loss, "train/lr": self.lr}
+
+
+@dataclass
+class Evaluation:
+    """Accuracy on the validation split after ``train_time_s`` seconds of training."""
+
+    step: int
+    epoch: int
+    accuracy: dict[str, float]  # percent by metric: top1, top5 and, with an EMA, ema_top1, ema_top5
+    train_time_s: float
+
+    def metrics(self) -> dict[str, float]:
+        """The values by the names metrics.jsonl and the trackers give them."""
+        return {**{_VAL + name: value for name, value in self.accuracy.items()}, "train_time_s": self.train_time_s}
+
+
+def append_metrics(folder: Path, record: TrainingLog | Evaluation) -> None:
+    line = {"step": record.step, "epoch": record.epoch, **record.metrics()}
+    with open(folder / METRICS, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def read_evaluations(folder: Path) -> list[Evaluation]:
+    """The run's evaluations, in the order they were made."""
+    evaluations = []
+    for line in (folder / METRICS).read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        accuracy = {key.removeprefix(_VAL): value for key, value in record.items() if key.startswith(_VAL)}
+        if accuracy:
+            evaluations.append(Evaluation(record["step"], record["epoch"], accuracy, record["train_time_s"]))
+    return evaluations
+
+
+# ----------------------------------------------------------------------------- summary.json
+
+
+@dataclass
+class Summary:
+    """What a finished run measured."""
+
+    top1: float | None  # of the last evaluation (of the EMA weights when on), percent
+    best_top1: float | None
+    best_epoch: int | None
+    steps: int  # optimizer updates
+    epochs: float | None  # None for a streamed dataset, which has no length
+    skipped_steps: int  # updates skipped for a non-finite loss
+    params: int
+    train_images_per_s: float
+    train_time_s: float  # evaluations and checkpoints excluded
+    wall_time_s: float
+    threads: int | None = None  # torch's CPU threads per process; runs from before it was recorded lack it
+    command: str = ""
+
+
+def write_summary(folder: Path, summary: Summary) -> None:
+    write_text(folder / SUMMARY, json.dumps(dataclasses.asdict(summary), indent=2))
+
+
+def read_summary(folder: Path) -> Summary | None:
+    """The run's summary; ``None`` if it has none (it did not finish)."""
+    path = folder / SUMMARY
+    if not path.is_file():
+        return None
+    return _from_dict(Summary, json.loads(path.read_text(encoding="utf-8")), path)
+
+
+# ----------------------------------------------------------------------------- checkpoints/step_<N>/trainer_state.json
+
+
+@dataclass
+class TrainerState:
+    """Where training stands. Saved in every checkpoint; a resumed run continues from it."""
+
+    total_steps: int  # the run's length in optimizer updates: the recipe's, or what fits its time budget
+    budget_fitted: bool = False  # True once the time budget has fixed total_steps
+    recipe_steps: int | None = None  # the recipe's length: no fit of the time budget goes beyond it
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # batches of the current epoch already trained on
+    train_time_s: float = 0.0  # evaluations and checkpoints excluded
+    pace_from_s: float | None = None  # train_time_s when the pace measurement began
+    images_seen: int = 0
+    last_eval_step: int | None = None
+    last_eval_s: float = 0.0  # train_time_s at the last evaluation
+    bad_steps: int = 0  # updates skipped for a non-finite loss
+    top1: float | None = None  # of the latest evaluation
+    best_top1: float | None = None
+    best_epoch: int | None = None
+
+    def save(self, checkpoint: Path) -> None:
+        (checkpoint / TRAINER_STATE).write_text(json.dumps(dataclasses.asdict(self)), encoding="utf-8")
+
+    @classmethod
+    def load(cls, checkpoint: Path) -> "TrainerState":
+        path = checkpoint / TRAINER_STATE
+        return _from_dict(cls, json.loads(path.read_text(encoding="utf-8")), path)

@@ -1,0 +1,62 @@
+"""What several test files share: the test-sized iris model, seeded, PDE coefficients that show in the output, and
+a finished run's summary."""
+
+import dataclasses
+
+import pytest
+import timm
+import torch
+from torch import nn
+
+import iris_timm  # noqa: F401  (registers the iris_* models)
+from iris_timm.layers import ConvectionDiffusionReaction2d
+from iris_timm.run_folder import Summary
+
+TINY_MODEL = "iris_pdessm_test"
+
+
+def tiny_model(seed: int = 0, **kwargs) -> nn.Module:
+    """The test-sized iris model in eval mode, its initial weights drawn from ``seed``."""
+    torch.manual_seed(seed)
+    return timm.create_model(TINY_MODEL, **kwargs).eval()
+
+
+@torch.no_grad()
+def randomize_pde(module: nn.Module, seed: int = 0) -> nn.Module:
+    """Draw the velocity, reaction and time of every PDE operator in ``module``, and set layer scales to 0.5.
+
+    At initialisation velocity and reaction are zero and layer scales tiny, so a test comparing two computations
+    of the output would not see convection, reaction or the blocks at all."""
+    generator = torch.Generator().manual_seed(seed)
+    for m in module.modules():
+        if isinstance(m, ConvectionDiffusionReaction2d):
+            m.velocity.copy_(0.2 * torch.randn(m.velocity.shape, generator=generator))
+            m.reaction.copy_(0.3 * torch.randn(m.reaction.shape, generator=generator))
+            m.log_time.copy_(0.3 * torch.randn(m.log_time.shape, generator=generator))
+        if isinstance(getattr(m, "gamma", None), nn.Parameter):
+            m.gamma.fill_(0.5)
+    return module
+
+
+@pytest.fixture
+def images() -> torch.Tensor:
+    """Two seeded 64x64 RGB inputs."""
+    return torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+
+
+def run_summary(**changes) -> Summary:
+    """A finished run's summary: 100 steps in 300 s of training, its other values as ``changes`` give them."""
+    summary = Summary(
+        top1=50.0,
+        best_top1=50.0,
+        best_epoch=3,
+        steps=100,
+        epochs=4.0,
+        skipped_steps=0,
+        params=2_500_000,
+        train_images_per_s=50.0,
+        train_time_s=300.0,
+        wall_time_s=400.0,
+        command="python train.py",
+    )
+    return dataclasses.replace(summary, **changes)

@@ -1,0 +1,261 @@
+"""The convection–diffusion–reaction operator against independent references: a dense convolution written in
+numpy, the continuous Gaussian solution of the PDE, and its own exact implementations."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from iris_timm.layers import CUTOFF_DAMPING, ConvectionDiffusionReaction2d, create_cdr
+
+# Even, odd, non-square and 1-pixel grids.
+GRIDS = [(8, 8), (7, 9), (6, 11), (1, 1), (1, 6), (5, 1), (2, 3)]
+METHODS = ["modes", "separable", "fft"]
+
+
+def randomize(op: ConvectionDiffusionReaction2d, seed: int = 0, log_diffusion=(-8.0, -3.0), shift: float = 0.2):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        op.log_diffusion.copy_(torch.empty(op.num_heads).uniform_(*log_diffusion, generator=g))
+        op.velocity.copy_(torch.empty(op.num_heads, 2).uniform_(-shift, shift, generator=g))
+        op.reaction.copy_(torch.randn(op.num_heads, generator=g) * 0.3)
+        op.log_time.copy_(torch.randn(op.num_heads, generator=g) * 0.3)
+
+
+def coefficients(op: ConvectionDiffusionReaction2d) -> dict[str, np.ndarray]:
+    """Per-channel ``t``, total diffusion rate ``τ₀ + t D``, drift ``t v`` and log-gain ``t r``, float64."""
+    per_head = op.channels // op.num_heads
+
+    def channels(p: torch.Tensor) -> np.ndarray:
+        return np.repeat(p.detach().double().numpy(), per_head, axis=0)
+
+    t = np.exp(channels(op.log_time))
+    return {
+        "rate": op.resolution + t * np.exp(channels(op.log_diffusion)),
+        "drift": t[:, None] * channels(op.velocity),
+        "log_gain": t * channels(op.reaction),
+    }
+
+
+def axis_kernel(n: int, period: int, cell: float, rate: float, drift: float, modes: float) -> np.ndarray:
+    """The 1-D kernel of one channel on one axis, indexed by the offset modulo the period: numpy's inverse FFT
+    of the symbol over the period, with the frequencies past the first that reaches |k| = π·modes cut."""
+    m = np.fft.fftfreq(period, d=1.0 / period)  # signed integer frequencies; Nyquist as -P/2
+    k = 2 * np.pi * m / (period * cell)
+    k_conv = np.where(2 * np.abs(m) == period, 0.0, k)  # no convection at Nyquist (a real operator)
+    keep = np.ceil(modes * period * cell / 2 - 1e-6)  # the first frequency with 2π m / (P cell) >= π·modes
+    symbol = np.exp(-rate * k**2 - 1j * drift * k_conv) * (np.abs(m) <= keep)
+    kernel = np.fft.ifft(symbol)
+    assert np.abs(kernel.imag).max() < 1e-9 * max(1.0, np.abs(kernel.real).max())  # the operator is real
+    return kernel.real
+
+
+def reference(x: np.ndarray, op: ConvectionDiffusionReaction2d, modes: float = math.inf) -> np.ndarray:
+    """The operator as an explicit dense convolution: x is (B, C, H, W), float64.
+
+    Open boundary: ``y[i] = Σ_j kernel[i - j] x[j]`` over the image only (zero outside), with the kernel of the
+    doubled period. Periodic: the same sum with the offset taken modulo the side.
+    """
+    _, C, H, W = x.shape
+    cell = 1.0 / math.sqrt(H * W)
+    scale = 2 if op.boundary == "open" else 1
+    c = coefficients(op)
+    i = np.arange(H)
+    j = np.arange(W)
+    y = np.empty_like(x)
+    for ch in range(C):
+        k_h = axis_kernel(H, scale * H, cell, c["rate"][ch], c["drift"][ch, 0], modes)
+        k_w = axis_kernel(W, scale * W, cell, c["rate"][ch], c["drift"][ch, 1], modes)
+        dense_h = k_h[np.mod(i[:, None] - i[None, :], scale * H)]  # (H, H): output row, input row
+        dense_w = k_w[np.mod(j[:, None] - j[None, :], scale * W)]
+        y[:, ch] = np.exp(c["log_gain"][ch]) * np.einsum("ab,nbc,dc->nad", dense_h, x[:, ch], dense_w)
+    return y
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+@pytest.mark.parametrize("boundary", ["open", "periodic"])
+@pytest.mark.parametrize("method", METHODS)
+def test_exact_methods_match_the_dense_numpy_convolution(grid, boundary, method):
+    """With every mode kept (modes=0), each method is the dense convolution with the operator's kernel."""
+    op = create_cdr(4, method, num_heads=2, boundary=boundary, modes=0)
+    randomize(op)
+    x = torch.randn(2, 4, *grid)
+    np.testing.assert_allclose(op(x).detach().numpy(), reference(x.double().numpy(), op), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("grid", [(8, 8), (7, 9), (6, 11), (1, 1), (2, 3), (24, 17)])
+@pytest.mark.parametrize("boundary", ["open", "periodic"])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_modes_keep_exactly_the_wavenumbers_under_the_cutoff(grid, boundary, channels_last):
+    """The matrix-product path is the dense convolution with the symbol cut past |k| = π·modes."""
+    op = create_cdr(3, "modes", channels_last=channels_last, boundary=boundary, modes=2)
+    randomize(op, seed=1)
+    x = torch.randn(2, 3, *grid)
+    y = op(x.permute(0, 2, 3, 1) if channels_last else x)
+    y = y.permute(0, 3, 1, 2) if channels_last else y
+    expected = reference(x.double().numpy(), op, modes=op.modes)
+    np.testing.assert_allclose(y.detach().numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("modes", [4, 6, 8])
+@pytest.mark.parametrize("grid", [(7, 7), (14, 14), (28, 28), (56, 56), (13, 20)])
+def test_cut_modes_are_damped_below_the_cutoff_damping(modes, grid):
+    """The default path against the exact one: the truncation error stays within CUTOFF_DAMPING."""
+    fast = create_cdr(16, "modes", channels_last=True, modes=modes)
+    randomize(fast, seed=2, log_diffusion=(math.log(1e-5), math.log(3e-2)))
+    exact = create_cdr(16, "fft", channels_last=True, modes=modes)
+    exact.load_state_dict(fast.state_dict())
+    x = torch.randn(2, *grid, 16)
+    y_exact = exact(x)
+    assert (fast(x) - y_exact).abs().max() <= CUTOFF_DAMPING * y_exact.abs().max()
+
+
+def test_open_boundary_solves_the_pde_on_the_plane():
+    """On a fine grid the open operator is the PDE's exact solution: a Gaussian of variance 2 (τ₀ + t D),
+    centred at t v, scaled by exp(t r), applied as a zero-padded convolution."""
+    H, W = 40, 30
+    op = create_cdr(2, "fft", boundary="open", modes=8)
+    randomize(op, seed=3, log_diffusion=(-9.0, -7.0), shift=0.05)  # reach under one side: no wrap of the tails
+    x = torch.randn(1, 2, H, W)
+    cell = 1.0 / math.sqrt(H * W)
+    c = coefficients(op)
+    pos_h, pos_w = np.arange(H) * cell, np.arange(W) * cell
+    expected = np.empty((1, 2, H, W))
+    for ch in range(2):
+        variance = 2 * c["rate"][ch]
+
+        def gaussian(offsets, drift, variance=variance):
+            return np.exp(-((offsets - drift) ** 2) / (2 * variance)) * cell / math.sqrt(2 * math.pi * variance)
+
+        dense_h = gaussian(pos_h[:, None] - pos_h[None, :], c["drift"][ch, 0])
+        dense_w = gaussian(pos_w[:, None] - pos_w[None, :], c["drift"][ch, 1])
+        expected[0, ch] = np.exp(c["log_gain"][ch]) * dense_h @ x[0, ch].numpy() @ dense_w.T
+    np.testing.assert_allclose(op(x).detach().numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def bright_pixel_convected_right(boundary: str) -> torch.Tensor:
+    """A bright pixel near the right edge, carried right by 0.3 of the width; returns the output map."""
+    H = W = 32
+    op = create_cdr(1, "modes", boundary=boundary, modes=12)
+    with torch.no_grad():
+        op.log_diffusion.fill_(-30.0)  # only the resolution's blur
+        op.velocity.copy_(torch.tensor([[0.0, 0.3]]))  # content units: the image is 1 x 1
+        op.reaction.zero_()
+        op.log_time.zero_()
+    x = torch.zeros(1, 1, H, W)
+    x[0, 0, H // 2, W - 2] = 1.0
+    return op(x)[0, 0]
+
+
+def test_open_boundary_does_not_wrap_around():
+    open_left = bright_pixel_convected_right("open")[:, :10].abs().max()
+    periodic_left = bright_pixel_convected_right("periodic")[:, :10].abs().max()
+    assert periodic_left > 1e-2  # the torus carries the pixel onto the left border
+    assert open_left < CUTOFF_DAMPING * periodic_left  # float32 rounding of the mode sums, nothing more
+
+
+def blurred_left_column(boundary: str) -> torch.Tensor:
+    """A bright left column under the resolution's blur alone (width 0.2 of the image), no convection."""
+    op = create_cdr(1, "modes", boundary=boundary, modes=6, diffusion_range=(1e-9, 1e-9), max_initial_shift=0.0)
+    x = torch.zeros(1, 1, 24, 24)
+    x[..., :, 0] = 1.0
+    return op(x)[0, 0]
+
+
+def test_open_boundary_does_not_blur_across_opposite_borders():
+    y = blurred_left_column("open")
+    assert y[:, -1].abs().max() < 1e-4 * y[:, 0].abs().max()
+    periodic = blurred_left_column("periodic")
+    torch.testing.assert_close(periodic[:, -1], periodic[:, 1])  # the torus joins the left and right borders
+
+
+@pytest.mark.parametrize(("coarse", "fine"), [((24, 24), (72, 72)), ((24, 30), (72, 90))])
+@pytest.mark.parametrize("boundary", ["open", "periodic"])
+def test_same_content_at_two_resolutions_gives_the_same_output(coarse, fine, boundary):
+    """A smooth image sampled at cell centres on a grid and one 3x finer: the fine cell at the centre of each
+    coarse cell gets the same output (one set of weights acts on content, not on pixels)."""
+    op = create_cdr(3, "modes", boundary=boundary)
+    randomize(op, seed=4, log_diffusion=(-8.0, -4.0), shift=0.1)
+
+    def sample(grid):
+        H, W = grid
+        a = (torch.arange(H, dtype=torch.float64)[:, None] + 0.5) / H  # content coordinates of cell centres
+        b = (torch.arange(W, dtype=torch.float64)[None, :] + 0.5) / W
+        channels = [
+            torch.cos(2 * math.pi * (a + 2 * b)),
+            torch.sin(2 * math.pi * 3 * a) + 0.5 * torch.cos(2 * math.pi * b),
+            torch.cos(2 * math.pi * (2 * a - b) + 0.3),
+        ]
+        return torch.stack(channels)[None].float()  # (1, 3, H, W)
+
+    y_coarse, y_fine = op(sample(coarse)), op(sample(fine))
+    torch.testing.assert_close(y_fine[..., 1::3, 1::3], y_coarse, rtol=0, atol=2e-3)
+
+
+def test_parameters_do_not_depend_on_resolution():
+    op = ConvectionDiffusionReaction2d(8, num_heads=4)
+    assert sum(p.numel() for p in op.parameters()) == 4 * 5  # D, v (2), r, t per head
+    for grid in [(1, 1), (7, 7), (64, 48)]:
+        assert op(torch.randn(1, 8, *grid)).shape == (1, 8, *grid)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_methods_share_one_state_dict(method):
+    source = create_cdr(6, "modes", num_heads=3)
+    randomize(source, seed=5, log_diffusion=(-6.0, -3.0))
+    other = create_cdr(6, method, num_heads=3)
+    other.load_state_dict(source.state_dict())
+    x = torch.randn(2, 6, 14, 10)
+    torch.testing.assert_close(other(x), source(x), rtol=0, atol=CUTOFF_DAMPING * source(x).abs().max().item())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("size", [7, 14, 28, 56])
+def test_modes_run_in_the_autocast_dtype(dtype, size):
+    """Under autocast the transforms are GEMMs in the low-precision dtype; forward and backward stay finite
+    and close to float32 (bf16 keeps 8 bits of mantissa, fp16 11)."""
+    op = create_cdr(16, "modes", channels_last=True)
+    randomize(op, seed=6, log_diffusion=(-8.0, -3.0))
+    x = torch.randn(2, size, size, 16, requires_grad=True)
+    expected = op(x)
+    with torch.autocast("cpu", dtype=dtype):
+        y = op(x)
+    assert y.dtype == dtype
+    tolerance = 3e-2 if dtype == torch.bfloat16 else 4e-3
+    assert (y.float() - expected).abs().max() <= tolerance * expected.abs().max()
+    y.float().square().sum().backward()
+    assert x.grad.isfinite().all()
+    assert all(p.grad.isfinite().all() for p in op.parameters())
+
+
+def test_fft_method_keeps_a_float32_island_under_autocast():
+    op = create_cdr(8, "fft", channels_last=True)
+    randomize(op)
+    x = torch.randn(2, 14, 7, 8).to(torch.bfloat16)
+    expected = op(x.float()).to(torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = op(x)
+    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "phrase"),
+    [
+        ({"boundary": "reflect"}, "Unknown boundary 'reflect'"),
+        ({"modes": -1}, "modes must be >= 1, or 0 for every mode"),
+        ({"num_heads": 3}, "must be divisible by num_heads"),
+        ({"method": "dct"}, "Unknown CDR method 'dct'"),
+    ],
+)
+def test_bad_arguments_say_what_to_choose(kwargs, phrase):
+    with pytest.raises(ValueError, match=phrase):
+        create_cdr(4, **kwargs)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_torchscript_matches_eager(method):
+    op = create_cdr(4, method, channels_last=True)
+    randomize(op)
+    x = torch.randn(2, 9, 6, 4)
+    torch.testing.assert_close(torch.jit.script(op)(x), op(x), rtol=1e-5, atol=1e-6)
