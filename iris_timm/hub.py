@@ -13,10 +13,13 @@ Writing is timm's ``save_for_hf`` (staged, then moved into place); publishing is
 raises a clear error before any weights are read.
 """
 
+import difflib
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +59,10 @@ CARD_NAME = "README.md"
 VERSION_KEY = "iris_timm_version"
 # The keys of timm's hub config that loading needs.
 REQUIRED_CONFIG_KEYS = ("architecture", "num_classes", "pretrained_cfg")
+# Staging folders of saves in progress: ".save_pretrained-<pid>-<random>".
+STAGING_PREFIX = ".save_pretrained-"
+# Weights in other formats that timm's and transformers' loaders read; a new save removes them.
+STALE_WEIGHT_NAMES = ("pytorch_model.bin", "open_clip_pytorch_model.bin", "open_clip_model.safetensors")
 # torch.save / pickle checkpoints, which are never loaded.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".tar")
 
@@ -119,6 +126,45 @@ def _commit(staging: Path, directory: Path) -> None:
         os.replace(path, directory / path.name)
 
 
+def _remove_stale_staging(directory: Path) -> None:
+    """Remove the staging folders of saves whose process is gone (killed mid-save), never a live one's."""
+    for path in directory.glob(f"{STAGING_PREFIX}*"):
+        pid = path.name[len(STAGING_PREFIX) :].split("-")[0]
+        if not (pid.isdigit() and _process_is_alive(int(pid))):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _process_is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+@contextmanager
+def _staging(directory: Path) -> Iterator[Path]:
+    """A staging folder inside ``directory`` (named by this process's PID, so a later save can tell a dead save's
+    leftovers from a live one's); on success its files are committed into ``directory`` and the weight files of
+    other formats, which loaders could prefer to the new ones, are removed."""
+    directory.mkdir(parents=True, exist_ok=True)
+    _remove_stale_staging(directory)
+    with tempfile.TemporaryDirectory(dir=directory, prefix=f"{STAGING_PREFIX}{os.getpid()}-") as tmp:
+        yield Path(tmp)
+        _commit(Path(tmp), directory)
+    for name in STALE_WEIGHT_NAMES:
+        (directory / name).unlink(missing_ok=True)
+
+
+def _write_timm_files(model: nn.Module, staging: Path, label_names: Sequence[str] | None) -> None:
+    """timm's ``model.safetensors`` and ``config.json``, the config readable by timm and transformers alike."""
+    model_config = {"label_names": list(label_names)} if label_names is not None else None
+    save_for_hf(model, staging, model_config=model_config, safe_serialization=True)
+    _finish_config(staging / CONFIG_NAME)
+
+
 def save_pretrained(
     model: IrisPDESSM,
     save_directory: str | os.PathLike,
@@ -129,7 +175,9 @@ def save_pretrained(
 ) -> Path:
     """Write ``model`` as a Hub folder: ``model.safetensors``, ``config.json`` and ``README.md`` (the model card).
 
-    The folder is created if missing; its other files are left alone and a previous save is replaced. The write is
+    The folder is created if missing and a previous save is replaced; its other files are left alone, except weights
+    in other formats (``pytorch_model.bin``, ...) that loaders could read instead, and the staging folders of saves
+    that were killed, which are removed. The write is
     atomic with ``config.json`` as the commit point: the files are written and flushed in a temporary folder inside
     ``save_directory``, then ``config.json`` is removed, and the new files are renamed into place, ``config.json``
     last. A crash leaves the previous save, or a folder without ``config.json`` that loaders reject, never a mix of
@@ -153,15 +201,10 @@ def save_pretrained(
     from .model_card import model_card
 
     directory = Path(save_directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory, prefix=".save_pretrained-") as tmp:
-        staging = Path(tmp)
-        model_config = {"label_names": list(label_names)} if label_names is not None else None
-        save_for_hf(model, staging, model_config=model_config, safe_serialization=True)
-        _finish_config(staging / CONFIG_NAME)
+    with _staging(directory) as staging:
+        _write_timm_files(model, staging, label_names)
         model_name = f"hf-hub:{repo_id}" if repo_id else f"local-dir:{directory}"
         model_card(model, model_name, training_results).save(staging / CARD_NAME)
-        _commit(staging, directory)
     return directory
 
 
@@ -174,11 +217,8 @@ def save_timm_folder(
     way, ``config.json`` last; ``timm.create_model("local-dir:<folder>", pretrained=True)`` loads it.
     """
     directory = Path(save_directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=directory, prefix=".save_pretrained-") as tmp:
-        model_config = {"label_names": list(label_names)} if label_names is not None else None
-        save_for_hf(model, tmp, model_config=model_config, safe_serialization=True)
-        _commit(Path(tmp), directory)
+    with _staging(directory) as staging:
+        _write_timm_files(model, staging, label_names)
     return directory
 
 
@@ -222,13 +262,28 @@ def push_to_hub(
         )
 
 
+def _looks_like_a_path(name: str) -> bool:
+    """A string that can only mean a local path: it starts like one, has more than one separator, or its first
+    component is an existing folder (``output/digts`` when ``output/`` exists)."""
+    if name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1:
+        return True
+    return "/" in name and os.path.isdir(name.split("/")[0])
+
+
 def _parse_source(name_or_path: str | os.PathLike) -> tuple[str, str]:
     """``("local-dir", path)`` or ``("hf-hub", "ORG/NAME[@REVISION]")``; an existing path wins over a repo id."""
+    if os.path.islink(name_or_path) and not os.path.exists(name_or_path):
+        raise FileNotFoundError(
+            f"{name_or_path} is a symbolic link that leads nowhere (its target is missing, or links loop). Point it "
+            "at the folder iris_timm.save_pretrained wrote."
+        )
     if isinstance(name_or_path, os.PathLike) or os.path.exists(name_or_path):
         return "local-dir", os.fspath(name_or_path)
     source, _, location = name_or_path.partition(":")
     if source in ("hf-hub", "local-dir") and location:
         return source, location
+    if _looks_like_a_path(name_or_path):
+        return "local-dir", name_or_path  # reported as a missing folder, never looked up on the Hub
     try:
         validate_repo_id(_split_revision(name_or_path)[0])
     except HFValidationError as e:
@@ -236,11 +291,20 @@ def _parse_source(name_or_path: str | os.PathLike) -> tuple[str, str]:
     return "hf-hub", name_or_path
 
 
+def _close_names(folder: Path) -> str:
+    """``" (did you mean ...?)"`` naming folders beside ``folder`` with a similar name, or ``""``."""
+    parent = folder.parent
+    names = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+    close = difflib.get_close_matches(folder.name, names, n=2)
+    return f" (did you mean {' or '.join(str(parent / name) for name in close)}?)" if close else ""
+
+
 def _local_files(folder: Path) -> tuple[Path, Path]:
     """``config.json`` and ``model.safetensors`` of a folder, refusing pickled weights."""
     if not folder.exists():
         raise FileNotFoundError(
-            f"No folder at {folder}. Give the folder iris_timm.save_pretrained wrote, or a Hub repo id."
+            f"No folder at {folder}{_close_names(folder)}. Give the folder iris_timm.save_pretrained wrote, or a Hub "
+            "repo id."
         )
     if not folder.is_dir():
         pickled = f" It is a pickle: {_CONVERT_PICKLE}" if folder.suffix in PICKLE_SUFFIXES else ""
@@ -318,11 +382,33 @@ def _read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def _read_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """Tensor shapes from the safetensors header; ``safe_open`` also checks that the file covers every tensor."""
+# safetensors' dtype names (the header's "dtype" field) as torch dtypes.
+SAFETENSORS_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+TensorSpec = tuple[tuple[int, ...], torch.dtype | str]  # (shape, dtype); a str for dtypes torch lacks
+
+
+def _read_header(path: Path) -> dict[str, TensorSpec]:
+    """Tensor shapes and dtypes from the safetensors header; ``safe_open`` also checks that the file covers every
+    tensor."""
     try:
         with safe_open(path, framework="pt") as f:
-            return {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+            slices = {key: f.get_slice(key) for key in f.keys()}
+            return {
+                key: (tuple(s.get_shape()), SAFETENSORS_DTYPES.get(s.get_dtype(), s.get_dtype()))
+                for key, s in slices.items()
+            }
     except SafetensorError as e:
         raise ValueError(
             f"{path} is not a readable safetensors file ({e}): it is truncated or corrupt. Download it or save the "
@@ -330,34 +416,41 @@ def _read_shapes(path: Path) -> dict[str, tuple[int, ...]]:
         ) from e
 
 
-def _model_shapes(
-    model_name: str, config_path: Path, config: dict[str, Any], cache_dir: str | os.PathLike | None
-) -> dict[str, tuple[int, ...]]:
-    """Tensor shapes of the model ``config.json`` describes, built by timm on the meta device (no memory, no init)."""
+def _model_tensors(
+    model_name: str, config_path: Path, config: dict[str, Any], cache_dir: str | os.PathLike | None, dtype_args: dict
+) -> dict[str, TensorSpec]:
+    """Tensor shapes and dtypes of the model ``config.json`` describes, built by timm on the meta device (no memory,
+    no init)."""
     try:
         with torch.device("meta"):
-            model = timm.create_model(model_name, cache_dir=cache_dir, **version_args(config))
+            model = timm.create_model(model_name, cache_dir=cache_dir, **version_args(config), **dtype_args)
     except (TypeError, ValueError) as e:
         raise ValueError(
             f"{config_path}: timm cannot build {config['architecture']!r} with model_args "
             f"{config.get('model_args', {})}: {e}. Correct model_args, or save the model again."
         ) from e
-    return {key: tuple(tensor.shape) for key, tensor in model.state_dict().items()}
+    return {key: (tuple(tensor.shape), tensor.dtype) for key, tensor in model.state_dict().items()}
 
 
 def _check_weights(
-    weights_path: Path, config_path: Path, config: dict[str, Any], model_name: str, cache_dir: str | os.PathLike | None
+    weights_path: Path,
+    config_path: Path,
+    config: dict[str, Any],
+    model_name: str,
+    cache_dir: str | os.PathLike | None,
+    dtype_args: dict,
 ) -> None:
-    """Raise unless ``weights_path`` holds exactly the tensors, with their shapes, of the model ``config_path``
-    describes."""
-    found = _read_shapes(weights_path)
-    expected = _model_shapes(model_name, config_path, config, cache_dir)
+    """Raise unless ``weights_path`` holds exactly the tensors, with their shapes and dtypes, of the model
+    ``config_path`` describes, all finite."""
+    found = _read_header(weights_path)
+    expected = _model_tensors(model_name, config_path, config, cache_dir, dtype_args)
+    common = sorted(expected.keys() & found.keys())
     problems = [f"{key} is missing" for key in sorted(expected.keys() - found.keys())]
     problems += [f"{key} is not in the model" for key in sorted(found.keys() - expected.keys())]
     problems += [
-        f"{key} has shape {list(found[key])}, the model {list(expected[key])}"
-        for key in sorted(expected.keys() & found.keys())
-        if found[key] != expected[key]
+        f"{key} has shape {list(found[key][0])}, the model {list(expected[key][0])}"
+        for key in common
+        if found[key][0] != expected[key][0]
     ]
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
@@ -365,6 +458,27 @@ def _check_weights(
             f"{weights_path} does not fit {config['architecture']!r} with the model_args of {config_path}: "
             f"{'; '.join(problems[:3])}{more}. Save the model again with iris_timm.save_pretrained, or correct "
             "model_args in config.json."
+        )
+    wrong_dtypes = [f"{key} is {found[key][1]}" for key in common if found[key][1] != expected[key][1]]
+    if wrong_dtypes:
+        model_dtype = expected[common[0]][1] if common else None
+        raise ValueError(
+            f"{weights_path} holds tensors in another dtype than the model's ({model_dtype}): "
+            f"{'; '.join(wrong_dtypes[:3])}{f' (and {len(wrong_dtypes) - 3} more)' if len(wrong_dtypes) > 3 else ''}. "
+            "Nothing is cast silently: pass dtype= (e.g. dtype=torch.float16) to build the model in the file's dtype."
+        )
+    _check_finite(weights_path)
+
+
+def _check_finite(path: Path) -> None:
+    """Raise naming the tensors that hold NaN or infinity: their bytes were damaged, or training diverged."""
+    with safe_open(path, framework="pt") as f:
+        bad = [key for key in f.keys() if (t := f.get_tensor(key)).is_floating_point() and not t.isfinite().all()]
+    if bad:
+        raise ValueError(
+            f"{path} holds non-finite values (NaN or infinity) in {len(bad)} tensor(s): "
+            f"{', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}. The file is corrupt or the weights diverged: "
+            "download it again or use an earlier checkpoint."
         )
 
 
@@ -389,13 +503,14 @@ def from_pretrained(
         cache_dir: the Hugging Face cache to use instead of the default one.
         **kwargs: passed to ``timm.create_model`` over the saved ``model_args``: ``num_classes`` (a new head, the
             backbone kept), ``in_chans`` (the first convolution adapted by timm's ``adapt_input_conv``),
-            ``features_only``, ``drop_path_rate``, ...
+            ``features_only``, ``drop_path_rate``, ``dtype`` (build the model in this dtype: the file's tensors
+            must be in it; without it they must be in the model's default dtype, float32, and none is cast) ...
 
     Raises:
         FileNotFoundError: a missing folder or file, or a folder holding only pickled weights.
         NotADirectoryError: a file where a folder is expected.
-        ValueError: an invalid ``config.json``, a truncated or corrupt ``model.safetensors``, or weights whose names or
-            shapes do not fit the model.
+        ValueError: an invalid ``config.json``, a truncated or corrupt ``model.safetensors``, weights whose names,
+            shapes or dtypes do not fit the model, or weights holding NaN or infinity.
     """
     source, location = _parse_source(name_or_path)
     if source == "local-dir":
@@ -407,5 +522,6 @@ def from_pretrained(
         # Pinned to the commit the checked files came from.
         model_name = f"hf-hub:{_split_revision(location)[0]}@{snapshot.name}"
     config = _read_config(config_path)
-    _check_weights(weights_path, config_path, config, model_name, cache_dir)
+    dtype_args = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
+    _check_weights(weights_path, config_path, config, model_name, cache_dir, dtype_args)
     return timm.create_model(model_name, pretrained=True, cache_dir=cache_dir, **{**version_args(config), **kwargs})

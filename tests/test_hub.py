@@ -9,6 +9,8 @@ import hashlib
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -339,8 +341,10 @@ def test_missing_folder(tmp_path, forbid_weight_reads):
     absent = re.escape(str(tmp_path / "absent"))
     with pytest.raises(FileNotFoundError, match=f"^No folder at {absent}\\. Give the folder"):
         iris_timm.from_pretrained(tmp_path / "absent")
-    with pytest.raises(FileNotFoundError, match=f"^No folder at {absent}, and it is not a Hub repo id either"):
-        iris_timm.from_pretrained(str(tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError, match=f"^No folder at {absent}\\. Give the folder"):
+        iris_timm.from_pretrained(str(tmp_path / "absent"))  # a path, never looked up on the Hub
+    with pytest.raises(FileNotFoundError, match=r"^No folder at not a repo, and it is not a Hub repo id either"):
+        iris_timm.from_pretrained("not a repo")
 
 
 def test_missing_weights(saved, forbid_weight_reads):
@@ -506,3 +510,73 @@ def test_save_timm_folder_writes_any_timm_model_that_timm_loads_back(tmp_path):
 def test_card_describes_the_block_and_operator_the_model_has(kwargs, phrases):
     text = model_card(create(**kwargs), f"hf-hub:{REPO_ID}").text
     assert all(phrase in text for phrase in phrases), text
+
+
+def test_a_mistyped_local_path_is_a_missing_folder_not_a_hub_id(tmp_path, monkeypatch, forbid_weight_reads):
+    (tmp_path / "output" / "digits").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"^No folder at output/digts \(did you mean output/digits\?\)"):
+        iris_timm.from_pretrained("output/digts")
+    with pytest.raises(FileNotFoundError, match=r"^No folder at runs/model\. Give the folder"):
+        iris_timm.from_pretrained("./runs/model")
+    with pytest.raises(FileNotFoundError, match=r"^No folder at a/b/c\. Give the folder"):
+        iris_timm.from_pretrained("a/b/c")
+
+
+def test_a_symlink_loop_is_reported_as_such(tmp_path, forbid_weight_reads):
+    loop = tmp_path / "loop"
+    loop.symlink_to(tmp_path / "loop")
+    with pytest.raises(FileNotFoundError, match="is a symbolic link that leads nowhere"):
+        iris_timm.from_pretrained(str(loop))
+
+
+def test_a_folder_saved_for_another_timm_model_opens_in_transformers(tmp_path):
+    peer = timm.create_model("test_resnet", num_classes=3).eval()
+    folder = iris_timm.hub.save_timm_folder(peer, tmp_path / "peer", label_names=["a", "b", "c"])
+    assert "num_classes" not in json.loads((folder / "config.json").read_text())["model_args"]
+    hf_model = AutoModelForImageClassification.from_pretrained(folder).eval()
+    assert hf_model.config.id2label == {0: "a", 1: "b", 2: "c"}
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(hf_model(x).logits, peer(x), rtol=0, atol=0)
+
+
+def test_a_save_removes_a_killed_saves_leftovers_and_stale_weights(tmp_path, model):
+    folder = tmp_path / "model"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed = folder / f".save_pretrained-{dead.stdout.strip()}-abc123"  # a save whose process is gone
+    live = folder / f".save_pretrained-{os.getpid()}-xyz789"  # a save in progress in a live process
+    for staging in (killed, live):
+        staging.mkdir(parents=True)
+        (staging / "model.safetensors").write_bytes(b"partial")
+    (folder / "pytorch_model.bin").write_bytes(b"old pickle")
+    (folder / "notes.txt").write_text("mine")
+    iris_timm.save_pretrained(model, folder)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["config.json", "model.safetensors", "README.md", "notes.txt", live.name]
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64, torch.int8])
+def test_weights_in_another_dtype_are_refused_not_cast(saved, dtype, forbid_weight_reads):
+    with safetensors.safe_open(saved / "model.safetensors", framework="pt") as f:
+        tensors = {key: f.get_tensor(key).to(dtype) for key in f.keys()}
+    safetensors.torch.save_file(tensors, saved / "model.safetensors")
+    with pytest.raises(ValueError, match=rf"another dtype than the model's \(torch\.float32\): .* is {dtype}"):
+        iris_timm.from_pretrained(saved)
+
+
+def test_an_explicit_dtype_loads_weights_saved_in_it(saved, model, x):
+    half = {key: value.half() for key, value in model.state_dict().items()}
+    safetensors.torch.save_file(half, saved / "model.safetensors")
+    loaded = iris_timm.from_pretrained(saved, dtype=torch.float16)
+    assert {p.dtype for p in loaded.parameters()} == {torch.float16}
+    assert torch.equal(loaded.state_dict()["head.fc.weight"], half["head.fc.weight"])
+
+
+def test_overwritten_weight_data_is_refused(saved, model):
+    data = bytearray((saved / "model.safetensors").read_bytes())
+    data[-4000:] = b"\xff" * 4000  # the header intact, the last tensors' bytes NaN
+    (saved / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"holds non-finite values \(NaN or infinity\) in \d+ tensor"):
+        iris_timm.from_pretrained(saved)

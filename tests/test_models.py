@@ -327,3 +327,83 @@ def test_autocast_forward_backward_is_finite(dtype):
 
 def test_package_exports_the_model_class():
     assert isinstance(timm.create_model("iris_pdessm_test"), iris_timm.IrisPDESSM)
+
+
+def test_pretrained_without_published_weights_raises():
+    with pytest.raises(RuntimeError, match="No pretrained weights exist for iris_pdessm_test"):
+        timm.create_model("iris_pdessm_test", pretrained=True)
+
+
+@pytest.mark.parametrize(
+    ("x", "message"),
+    [
+        (torch.randn(1, 32, 32, 3), r"32 channels instead of 3\. It looks channels-last \(B, H, W, C\): permute"),
+        (torch.randn(1, 3, 32, 32, dtype=torch.float64), r"model's dtype torch\.float32, got torch\.float64"),
+        (torch.zeros(1, 3, 32, 32, dtype=torch.uint8), r"got torch\.uint8\. Convert them first"),
+        (torch.zeros(1, 3, 32, 32, dtype=torch.int64), r"got torch\.int64\. Convert them first"),
+    ],
+)
+def test_bad_layout_and_dtype_say_how_to_convert(x, message):
+    model = timm.create_model("iris_pdessm_test")
+    with pytest.raises(ValueError, match=message):
+        model(x)
+
+
+def test_float64_model_takes_float64_images():
+    model = timm.create_model("iris_pdessm_test", num_classes=3).double().eval()
+    assert model(torch.randn(1, 3, 32, 32, dtype=torch.float64)).dtype == torch.float64
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(kernel_size=4), "kernel_size must be an odd whole number >= 1"),
+        (dict(kernel_size=0), "kernel_size must be an odd whole number >= 1"),
+        (dict(pde_modes=2.5), r"pde_modes must be a whole number >= 0 \(0 keeps every mode\), got 2\.5"),
+        (dict(pde_modes=-1), "pde_modes must be a whole number >= 0"),
+        (dict(depths=(-1, 1, 1, 1)), r"depths must be whole numbers >= 0, one per stage, got \(-1, 1, 1, 1\)"),
+        (dict(dims=(24, 0, 48, 64)), "dims must be whole numbers >= 1"),
+        (dict(features_only=True, out_indices=()), r"No stage selected \(indices/out_indices is empty\)"),
+    ],
+)
+def test_bad_model_arguments_are_refused_at_construction(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        timm.create_model("iris_pdessm_test", **kwargs)
+
+
+def test_empty_intermediate_indices_are_refused():
+    model = timm.create_model("iris_pdessm_test")
+    with pytest.raises(ValueError, match="No stage selected"):
+        model.forward_intermediates(torch.randn(1, 3, 32, 32), indices=[])
+    with pytest.raises(ValueError, match="No stage selected"):
+        model.prune_intermediate_layers(indices=[])
+
+
+def test_an_empty_stage_keeps_the_downsample():
+    model = timm.create_model("iris_pdessm_test", depths=(1, 0, 1, 1), num_classes=0).eval()
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 64)
+
+
+@pytest.mark.parametrize("feature_cls", ["dict", "list"])
+def test_features_only_dict_and_list_match_the_intermediates(feature_cls):
+    x = torch.randn(2, 3, 32, 32)
+    torch.manual_seed(0)
+    model = timm.create_model("iris_pdessm_test").eval()
+    torch.manual_seed(0)  # the same initial weights
+    features = timm.create_model("iris_pdessm_test", features_only=True, feature_cls=feature_cls).eval()
+    out = features(x)
+    out = list(out.values()) if feature_cls == "dict" else out
+    # These extractors keep the model's channels-last layout, as for timm's other NHWC models (mambaout).
+    for got, want in zip(out, model.forward_intermediates(x, intermediates_only=True, output_fmt="NHWC"), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_torchvision_feature_extractor_with_the_operator_as_leaf():
+    from torchvision.models.feature_extraction import create_feature_extractor
+
+    x = torch.randn(2, 3, 32, 32)
+    model = timm.create_model("iris_pdessm_test").eval()
+    leaves = [iris_timm.layers.ConvectionDiffusionReaction2d]
+    extractor = create_feature_extractor(model, ["stages.1"], tracer_kwargs={"leaf_modules": leaves})
+    want = model.forward_intermediates(x, indices=[1], intermediates_only=True, output_fmt="NHWC")[0]
+    torch.testing.assert_close(extractor(x)["stages.1"], want)

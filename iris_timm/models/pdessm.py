@@ -11,7 +11,8 @@ network; ``forward_intermediates`` returns NCHW by default, like timm's other ch
 Every registered name starts with ``iris_``. Pretrained weights, once published, follow the hub id
 scheme ``iris-timm/<model name>.<tag>`` (for example ``iris-timm/iris_pdessm_s.in1k``), set through
 ``hf_hub_id='iris-timm/'`` in ``default_cfgs``. No weights are published yet, so the configs below
-carry no ``hf_hub_id`` and ``pretrained=True`` warns and keeps the random initialisation, as timm does.
+carry no ``hf_hub_id`` and ``pretrained=True`` raises timm's "No pretrained weights exist" error, as timm
+does for any model without weights.
 """
 
 from collections.abc import Callable
@@ -60,15 +61,48 @@ def check_input(x: torch.Tensor, in_chans: int, min_size: int) -> None:
     if x.ndim != 4:
         raise ValueError(f"Expected an image batch of shape {expected}, got a {x.ndim}-D tensor {list(x.shape)}.")
     if x.shape[1] != in_chans:
+        layout = (
+            " It looks channels-last (B, H, W, C): permute it with x.permute(0, 3, 1, 2)."
+            if x.shape[-1] == in_chans
+            else f" Create the model with in_chans={x.shape[1]} to accept it."
+        )
         raise ValueError(
             f"Expected an image batch of shape {expected}, got {list(x.shape)}: {x.shape[1]} channels instead of "
-            f"{in_chans}. Create the model with in_chans={x.shape[1]} to accept it."
+            f"{in_chans}.{layout}"
         )
     if x.shape[2] < min_size or x.shape[3] < min_size:
         raise ValueError(
             f"Expected an image batch of shape {expected}, got {list(x.shape)}: the input must be at least one "
             f"stem cell ({min_size} pixels) on each side."
         )
+
+
+@register_notrace_function
+def check_dtype(x: torch.Tensor, weight: torch.Tensor) -> None:
+    """Reject integer images, and float64 images for a model of lower precision, saying how to convert them.
+    (Float32/16 and bfloat16 inputs pass: under autocast the convolutions cast them.)"""
+    if not x.is_floating_point() or (x.dtype == torch.float64 and weight.dtype != torch.float64):
+        raise ValueError(
+            f"Expected floating-point images in the model's dtype {weight.dtype}, got {x.dtype}. Convert them first: "
+            f"x.to({weight.dtype}); uint8 images also need scaling to [0, 1] and normalising (timm's transforms do "
+            "both)."
+        )
+
+
+# Plain torch.fx (torchvision's create_feature_extractor, symbolic_trace) leaves the checks as calls too; timm's
+# register_notrace_function covers only timm's own tracer.
+torch.fx.wrap("check_input")
+torch.fx.wrap("check_dtype")
+
+
+def select_stages(num_stages: int, indices: int | list[int] | tuple[int, ...] | None) -> tuple[list[int], int]:
+    """timm's ``feature_take_indices``, refusing an empty selection with a clear message."""
+    if indices is not None and not isinstance(indices, int) and len(indices) == 0:
+        raise ValueError(
+            f"No stage selected (indices/out_indices is empty): give stage indices in 0..{num_stages - 1}, "
+            "e.g. out_indices=(0, 1, 2, 3)."
+        )
+    return feature_take_indices(num_stages, indices)
 
 
 class Stem(nn.Module):
@@ -198,8 +232,9 @@ class GatedBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shortcut = x  # (B, H, W, C)
-        gate, identity, spatial = torch.split(self.fc1(self.norm(x)), self.split_sizes, dim=-1)
-        x = self.act(gate) * torch.cat((identity, self.spatial(spatial)), dim=-1)  # (B, H, W, hidden)
+        # dim=3, not -1: the TorchScript ONNX exporter loses the rank after the operator and resolves -1 wrongly.
+        gate, identity, spatial = torch.split(self.fc1(self.norm(x)), self.split_sizes, dim=3)
+        x = self.act(gate) * torch.cat((identity, self.spatial(spatial)), dim=3)  # (B, H, W, hidden)
         return shortcut + self.drop_path(self.ls(self.fc2(x)))
 
 
@@ -273,6 +308,27 @@ class IrisStage(nn.Module):
         return self.blocks(x)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_architecture(depths: tuple[int, ...], dims: tuple[int, ...], kernel_size: int, pde_modes: int) -> None:
+    """Reject model arguments that would build a model whose forward fails, saying what is accepted."""
+    if len(depths) != len(dims):
+        raise ValueError(f"depths {depths} and dims {dims} must have the same length.")
+    if not depths or not all(_is_int(d) and d >= 0 for d in depths):
+        raise ValueError(f"depths must be whole numbers >= 0, one per stage, got {depths}.")
+    if not all(_is_int(d) and d >= 1 for d in dims):
+        raise ValueError(f"dims must be whole numbers >= 1, one per stage, got {dims}.")
+    if not _is_int(kernel_size) or kernel_size < 1 or kernel_size % 2 == 0:
+        raise ValueError(
+            "kernel_size must be an odd whole number >= 1 (the depthwise conv keeps the grid size), "
+            f"got {kernel_size!r}."
+        )
+    if not _is_int(pde_modes) or pde_modes < 0:
+        raise ValueError(f"pde_modes must be a whole number >= 0 (0 keeps every mode), got {pde_modes!r}.")
+
+
 class IrisPDESSM(nn.Module):
     """IRIS PDE-SSM backbone.
 
@@ -334,8 +390,7 @@ class IrisPDESSM(nn.Module):
         dtype=None,
     ):
         super().__init__()
-        if len(depths) != len(dims):
-            raise ValueError(f"depths {depths} and dims {dims} must have the same length.")
+        check_architecture(depths, dims, kernel_size, pde_modes)
         dd = {"device": device, "dtype": dtype}
         act_layer = get_act_layer(act_layer)
         self.num_classes = num_classes
@@ -455,7 +510,8 @@ class IrisPDESSM(nn.Module):
         if output_fmt not in ("NCHW", "NHWC"):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}.")
         check_input(x, self.in_chans, self.min_input_size)
-        take_indices, max_index = feature_take_indices(len(self.stages), indices)
+        check_dtype(x, self.stem.conv1.weight)
+        take_indices, max_index = select_stages(len(self.stages), indices)
         stages = self.stages if torch.jit.is_scripting() or not stop_early else self.stages[: max_index + 1]
 
         intermediates = []
@@ -475,7 +531,7 @@ class IrisPDESSM(nn.Module):
         prune_head: bool = True,
     ) -> list[int]:
         """Drop the stages after the last one in ``indices`` (and the head); return the kept indices."""
-        take_indices, max_index = feature_take_indices(len(self.stages), indices)
+        take_indices, max_index = select_stages(len(self.stages), indices)
         prune_end = max_index < len(self.stages) - 1
         self.stages = self.stages[: max_index + 1]
         if prune_end:
@@ -487,6 +543,7 @@ class IrisPDESSM(nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, self.in_chans, self.min_input_size)
+        check_dtype(x, self.stem.conv1.weight)
         x = self.stem(x)  # (B, H/4, W/4, C)
         return self.stages(x)  # (B, H/32, W/32, C_last)
 
@@ -560,7 +617,7 @@ def _create_iris_pdessm(variant: str, pretrained: bool = False, **kwargs: Any) -
         variant,
         pretrained,
         pretrained_filter_fn=checkpoint_filter_fn,
-        feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls="getter"),
+        feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls="getter", flatten_sequential=True),
         **kwargs,
     )
 
