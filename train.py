@@ -19,6 +19,7 @@ loss and optimizer, checkpoints and resume, the training clock, one training ste
 import argparse
 import dataclasses
 import difflib
+import fcntl
 import json
 import math
 import os
@@ -41,6 +42,7 @@ import yaml
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, broadcast_object_list, is_tensorboard_available, set_seed
 from datasets import ClassLabel, Dataset, DatasetDict, load_dataset
+from datasets import Image as ImageFeature
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from timm.data import Mixup, create_transform, resolve_data_config
@@ -63,6 +65,8 @@ from iris_timm.run_folder import (
     TrainerState,
     TrainingLog,
     append_metrics,
+    read_train_config,
+    truncate_metrics,
     write_summary,
     write_train_config,
 )
@@ -121,6 +125,7 @@ class Config:
     output_dir: str = "output/digits"
     seed: int = 0
     resume: str | None = None  # "auto" (latest checkpoint in output_dir) or a checkpoint folder
+    overwrite: bool = False  # clear an output_dir that holds another run (otherwise such a folder is refused)
     checkpoint_every: int | None = None  # steps; a checkpoint is also written after each epoch
     keep_checkpoints: int = 2
     log_every: int = 10
@@ -184,7 +189,10 @@ def read_recipe(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     chain = (*chain, path)
     if path.resolve() in {p.resolve() for p in chain[:-1]}:
         raise SystemExit(f"Config files name each other as base in a cycle: {' -> '.join(map(str, chain))}.")
-    values = yaml.safe_load(path.read_text()) or {}
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise SystemExit(f"Config file {path} is not valid YAML: {error}") from None
     if not isinstance(values, dict):
         raise SystemExit(f"Config file {path} must hold `key: value` lines, not {type(values).__name__}.")
     base = values.pop("base", None)
@@ -221,12 +229,27 @@ def parse_config(argv: list[str] | None = None) -> Config:
             parser.add_argument(flag, default=argparse.SUPPRESS, help=help_text)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
-        check_keys([u.lstrip("-").split("=")[0].replace("-", "_") for u in unknown], "the command line")
+        check_flags(unknown)
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
 
     values = read_recipe(Path(args.config)) if args.config else {}
     values.update({k: v for k, v in vars(args).items() if k != "config"})
+    if values.get("model", defaults.model) != defaults.model and "model_kwargs" not in values:
+        values["model_kwargs"] = {}  # the default's model_kwargs are the default model's arguments, not any model's
     return Config(**{k: coerce(k, v) for k, v in values.items()})
+
+
+def check_flags(unknown: list[str]) -> None:
+    """Name what is wrong with command-line words argparse did not take: a flag spelled with underscores, or a
+    flag that is no config key (values such as the `8` of `--batch_size 8` are not flags)."""
+    fields = config_fields()
+    for word in unknown:
+        if not word.startswith("--"):
+            continue
+        name = word[2:].split("=")[0]
+        if name in fields and "_" in name:
+            raise SystemExit(f"Unknown flag {word.split('=')[0]}: flags use dashes, write --{name.replace('_', '-')}.")
+        check_keys([name.replace("-", "_")], "the command line")
 
 
 def validate(cfg: Config) -> None:
@@ -242,8 +265,15 @@ def validate(cfg: Config) -> None:
     for name in ("max_steps", "checkpoint_every", "time_budget_s", "eval_every_s", "num_threads"):
         if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
             raise SystemExit(f"{name} must be >= 1 or none, got {getattr(cfg, name)}.")
-    if cfg.lr <= 0:
-        raise SystemExit(f"lr must be > 0, got {cfg.lr}.")
+    if not math.isfinite(cfg.lr) or cfg.lr <= 0:
+        raise SystemExit(f"lr must be a finite number > 0, got {cfg.lr}.")
+    if cfg.img_size is not None and cfg.img_size < 1:
+        raise SystemExit(f"img_size must be >= 1 pixels, or none for the model's own size; got {cfg.img_size}.")
+    if cfg.mixed_precision == "fp16" and not torch.cuda.is_available():
+        raise SystemExit(
+            "mixed_precision fp16 needs a CUDA GPU, and none is available; on a CPU use bf16 (or no), which "
+            "autocast runs there."
+        )
     if uses_mixup(cfg) and cfg.batch_size % 2:
         raise SystemExit(f"mixup/cutmix need an even batch_size, got {cfg.batch_size}.")
     if cfg.time_budget_s and cfg.max_steps is not None and cfg.max_steps <= PACE_STEPS[1]:
@@ -296,9 +326,20 @@ def load_splits(cfg: Config):
 
     if cfg.train_split not in splits:
         raise SystemExit(f"dataset has no split {cfg.train_split!r}; it has {list(splits)}. Set train_split.")
+    for split in splits.values():
+        check_columns(cfg, split)
+    if not cfg.streaming:
+        splits = {name: decoded_images(split, cfg.image_column) for name, split in splits.items()}
     val_name = cfg.val_split or next((s for s in ("validation", "val", "valid", "test") if s in splits), None)
     if val_name is None and not cfg.streaming:
-        held_out = splits[cfg.train_split].train_test_split(test_size=cfg.val_fraction, seed=cfg.seed)
+        train = splits[cfg.train_split]
+        held_out_count = math.ceil(len(train) * cfg.val_fraction)  # as datasets' train_test_split counts
+        if held_out_count >= len(train):
+            raise SystemExit(
+                f"The dataset has {len(train)} image(s) and no validation split: too few to hold out val_fraction "
+                f"{cfg.val_fraction}. Add images, or give a validation split (val_split)."
+            )
+        held_out = train.train_test_split(test_size=cfg.val_fraction, seed=cfg.seed)
         return held_out["train"], held_out["test"]
     if val_name not in splits:
         raise SystemExit(f"dataset has no split {val_name!r}; it has {list(splits)}. Set val_split.")
@@ -360,7 +401,38 @@ def classes(cfg: Config, train_data) -> tuple[list[str] | None, int]:
     names = label_names(train_data, cfg.label_column)
     if names is None and cfg.streaming:
         raise SystemExit(f"The streamed dataset's {cfg.label_column!r} column is not a ClassLabel: no class count.")
-    return names, len(names) if names else int(max(train_data[cfg.label_column])) + 1
+    if cfg.streaming:
+        return names, len(names)
+    labels = sorted(set(train_data[cfg.label_column]))
+    if labels[0] < 0:
+        raise SystemExit(
+            f"The {cfg.label_column!r} column holds negative labels ({labels[0]}): labels are class indices 0..N-1. "
+            "Drop or relabel those rows."
+        )
+    if names is None and labels != list(range(len(labels))):
+        shown = ", ".join(map(str, labels[:5])) + (", ..." if len(labels) > 5 else "")
+        raise SystemExit(
+            f"The {cfg.label_column!r} labels are {len(labels)} integers ({shown}), not 0..{len(labels) - 1}: "
+            f"the head would get {labels[-1] + 1} classes. Map them to 0..{len(labels) - 1}, or cast the column "
+            "to a datasets ClassLabel."
+        )
+    return names, len(names) if names else len(labels)
+
+
+def check_columns(cfg: Config, dataset) -> None:
+    """The image and label columns the recipe names exist (a streamed split may not know its columns)."""
+    columns = dataset.column_names
+    for key in ("image_column", "label_column"):
+        if columns is not None and getattr(cfg, key) not in columns:
+            raise SystemExit(f"The dataset has no column {getattr(cfg, key)!r}; its columns are {columns}. Set {key}.")
+
+
+def decoded_images(dataset, column: str):
+    """Parquet written without datasets' metadata holds images as {bytes, path} structs: decode them as images."""
+    feature = dataset.features.get(column) if dataset.features else None
+    if isinstance(feature, dict) and set(feature) == {"bytes", "path"}:
+        return dataset.cast_column(column, ImageFeature())
+    return dataset
 
 
 def preprocessing(cfg: Config, model: torch.nn.Module) -> dict:
@@ -492,6 +564,8 @@ def resume(cfg: Config, accelerator: Accelerator, ema: ModelEmaV3 | None, recipe
     if ema is not None:
         ema.module.load_state_dict(load_file(str(checkpoint / EMA_WEIGHTS)))
     state = TrainerState.load(checkpoint)
+    if accelerator.is_main_process:
+        truncate_metrics(Path(cfg.output_dir), state.step)
     state.recipe_steps = recipe_steps
     if not state.budget_fitted:  # the recipe's length, which the command line may have changed
         state.total_steps = recipe_steps
@@ -714,6 +788,7 @@ def log(run: Training, record: TrainingLog | Evaluation) -> None:
 def save_checkpoint(run: Training) -> None:
     """Write the Accelerate state into a temporary folder, then rename it: a crash never leaves a half-written
     checkpoint under a name `--resume auto` would pick. Off the training clock."""
+    refuse_non_finite_weights(run)
     accelerator = run.accelerator
     final = run.output_dir / CHECKPOINTS / f"step_{run.state.step:08d}"
     tmp = final.with_name(".tmp-" + final.name)
@@ -728,6 +803,19 @@ def save_checkpoint(run: Training) -> None:
         if accelerator.is_main_process:
             commit_checkpoint(run, tmp, final)
         accelerator.wait_for_everyone()
+
+
+def refuse_non_finite_weights(run: Training) -> None:
+    """Stop before writing weights that hold NaN or infinity (the weights, or the EMA's, diverged); every process
+    holds the same weights, so all stop together."""
+    models = [run.plain_model()] + ([run.ema.module] if run.ema is not None else [])
+    bad = [name for model in models for name, tensor in model.state_dict().items() if not tensor.isfinite().all()]
+    if bad:
+        last = checkpoint_dirs(run.output_dir)[-1:] or ["none written yet"]
+        raise SystemExit(
+            f"The weights hold NaN or infinity at step {run.state.step} ({len(bad)} tensors, e.g. {bad[0]}): "
+            f"nothing is written. Last good checkpoint: {last[0]}. Lower lr or keep clip_grad on."
+        )
 
 
 def commit_checkpoint(run: Training, tmp: Path, final: Path) -> None:
@@ -793,6 +881,7 @@ def command_line() -> str:
 
 def export(run: Training, directory: Path) -> None:
     """A Hub-ready folder of the current weights (the EMA's when on); an iris model's card records this run."""
+    refuse_non_finite_weights(run)
     model = run.ema.module if run.ema is not None else run.plain_model()
     if not run.accelerator.is_main_process:
         return
@@ -819,6 +908,7 @@ def summarize(run: Training, updates_per_epoch: int | None) -> Summary:
         wall_time_s=run.clock.wall_time_s(),
         threads=torch.get_num_threads(),
         command=command_line(),
+        processes=run.accelerator.num_processes,
     )
 
 
@@ -840,15 +930,102 @@ def setup(cfg: Config) -> Accelerator:
         # Shuffle order from (seed, epoch) alone, so a resumed run sees the batches an uninterrupted one would.
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
     )
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and accelerator.num_processes == 1:
+        # Without a GPU, `--multi_gpu` and torchrun start processes that each train alone on the same folder.
+        raise SystemExit(
+            f"This process was launched as one of {os.environ['WORLD_SIZE']} (WORLD_SIZE), but Accelerate runs it "
+            "alone: each process would train the whole run into the same folder. On CPUs launch with: "
+            "ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N train.py ..."
+        )
     set_seed(cfg.seed)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    if accelerator.is_main_process:
-        Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
-        write_train_config(Path(cfg.output_dir), dataclasses.asdict(cfg))
-    if log_with:
-        accelerator.init_trackers("train", config={k: str(v) for k, v in dataclasses.asdict(cfg).items()})
     return accelerator
+
+
+RUN_FILES = ("train_config.yaml", "metrics.jsonl", "summary.json", CHECKPOINTS, "model.safetensors", "best")
+LOCK_NAME = ".lock"
+
+
+def open_run_folder(cfg: Config, accelerator: Accelerator):
+    """Take the run folder for this run, once the config, model and data are known to be good: an exclusive lock
+    for the run's life (the OS drops it when the process dies), then the folder is checked to hold no other run
+    (unless resuming, or `--overwrite` clears it), and the configuration and trackers are written. Returns the
+    locked file, to keep open."""
+    folder, lock = Path(cfg.output_dir), None
+    if accelerator.is_main_process:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = lock_folder(folder)
+        existing = sorted(name for name in RUN_FILES if (folder / name).exists())
+        if existing and cfg.overwrite:
+            for path in folder.iterdir():
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                elif path.name != LOCK_NAME:
+                    path.unlink()
+        elif existing and cfg.resume is None:
+            raise SystemExit(
+                f"{folder} already holds a run ({', '.join(existing)}). Continue it with --resume, replace it with "
+                "--overwrite true, or choose another --output-dir."
+            )
+        elif cfg.resume is not None and (folder / "train_config.yaml").is_file():
+            check_same_recipe(cfg, read_train_config(folder), folder)
+        write_train_config(folder, dataclasses.asdict(cfg))
+    accelerator.wait_for_everyone()
+    if accelerator.log_with:
+        accelerator.init_trackers("train", config={k: str(v) for k, v in dataclasses.asdict(cfg).items()})
+    return lock
+
+
+# Keys a resumed run may change: they say how long to train, how to log, evaluate and checkpoint, or where the run
+# is, and not what one training step computes. (Lengthening a run re-plans its LR schedule from the step reached.)
+RESUMABLE_CHANGES = {
+    "resume",
+    "overwrite",
+    "output_dir",
+    "max_steps",
+    "epochs",
+    "log_every",
+    "log_with",
+    "eval_every_s",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "max_bad_steps",
+    "num_workers",
+}
+
+
+def check_same_recipe(cfg: Config, saved: dict, folder: Path) -> None:
+    """A resumed run continues the saved recipe: refuse every other change, naming each key."""
+    current = yaml.safe_load(yaml.safe_dump(dataclasses.asdict(cfg)))  # tuples as the saved file holds them
+    changed = [k for k in current if k not in RESUMABLE_CHANGES and k in saved and current[k] != saved[k]]
+    if changed:
+        differences = "; ".join(f"{k}: saved {saved[k]!r}, now {current[k]!r}" for k in changed)
+        raise SystemExit(
+            f"--resume continues the run in {folder}, but the recipe differs: {differences}. Resume with the saved "
+            f"recipe ({folder / 'train_config.yaml'}), or start a new run with --overwrite true or another "
+            "--output-dir."
+        )
+
+
+def lock_folder(folder: Path):
+    """An exclusive, non-blocking OS lock on `folder`/.lock holding this process's PID; refuses a folder another
+    run holds, naming its PID."""
+    lock = open(folder / LOCK_NAME, "a+")  # held open for the run's life: closing it would release the lock
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        lock.close()
+        raise SystemExit(
+            f"{folder} is in use by another run (PID {holder}): one run per folder. Wait for it, stop it, or "
+            "choose another --output-dir."
+        ) from None
+    lock.truncate(0)
+    lock.write(str(os.getpid()))
+    lock.flush()
+    return lock
 
 
 def main(cfg: Config) -> Summary:
@@ -861,6 +1038,7 @@ def main(cfg: Config) -> Summary:
     names, num_classes = classes(cfg, train_data)
     model = create_model(cfg, num_classes)
     train_set, train_loader, val_loader = make_loaders(cfg, preprocessing(cfg, model), train_data, val_data)
+    run_folder_lock = open_run_folder(cfg, accelerator)  # noqa: F841 - held until the process ends
 
     # Optimizer and loss; Accelerate places the model and shards the data over the processes.
     model, optimizer = model_and_optimizer(cfg, model)

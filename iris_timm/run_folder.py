@@ -104,6 +104,15 @@ def append_metrics(folder: Path, record: TrainingLog | Evaluation) -> None:
         f.write(json.dumps(line) + "\n")
 
 
+def truncate_metrics(folder: Path, step: int) -> None:
+    """Drop the records after ``step`` (a resumed checkpoint's), which the resumed run writes again: no step is
+    recorded twice. Rewritten atomically."""
+    path = folder / METRICS
+    if path.is_file():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        write_text(path, "".join(line + "\n" for line in lines if json.loads(line)["step"] <= step))
+
+
 def read_evaluations(folder: Path) -> list[Evaluation]:
     """The run's evaluations, in the order they were made."""
     evaluations = []
@@ -134,6 +143,7 @@ class Summary:
     wall_time_s: float
     threads: int | None = None  # torch's CPU threads per process; runs from before it was recorded lack it
     command: str = ""
+    processes: int = 1  # training processes (Accelerate's num_processes)
 
 
 def write_summary(folder: Path, summary: Summary) -> None:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,8 @@ def test_fit_to_budget_counts_the_steps_left_at_the_measured_pace():
         (["--batch-size", "many"], None, r"Config key 'batch_size' expects <class 'int'>, got 'many'"),
         (["--channels-last", "maybe"], None, r"Config key 'channels_last' expects <class 'bool'>, got 'maybe'"),
         (["--config", "configs/missing.yaml"], None, r"Config file configs/missing.yaml does not exist"),
+        (["--batch_size", "8"], None, r"Unknown flag --batch_size: flags use dashes, write --batch-size\."),
+        ([], "model: [unclosed\n", r"Config file .*bad\.yaml is not valid YAML: "),
     ],
 )
 def test_config_errors_name_the_key(tmp_path, argv, yaml_text, message):
@@ -135,7 +138,10 @@ def test_config_errors_name_the_key(tmp_path, argv, yaml_text, message):
         (["--model", "iris_pdessm_x"], r"timm does not know the model 'iris_pdessm_x'\. Close names: \["),
         (["--dataset", "./no/such/folder"], r"dataset: \./no/such/folder does not exist"),
         (["--mixed-precision", "fp8"], r"mixed_precision must be no, bf16 or fp16, got 'fp8'"),
-        (["--lr", "0"], r"lr must be > 0"),
+        (["--lr", "0"], r"lr must be a finite number > 0"),
+        (["--lr", "inf"], r"lr must be a finite number > 0, got inf"),
+        (["--img-size", "0"], r"img_size must be >= 1 pixels"),
+        (["--mixed-precision", "fp16"], r"mixed_precision fp16 needs a CUDA GPU, and none is available; on a CPU"),
         (["--resume", "/nonexistent"], r"resume: /nonexistent is not a checkpoint folder"),
         (["--time-budget-s", "0"], r"time_budget_s must be >= 1 or none, got 0\.0"),
     ],
@@ -195,13 +201,14 @@ def test_a_timm_peer_trains_and_exports_a_timm_folder(tmp_path):
 
 
 def test_two_processes_train_and_evaluate(tmp_path):
+    """The README's command for several CPU processes (`--cpu` alone would run one)."""
     out = tmp_path / "ddp"
     accelerate = str(Path(sys.executable).with_name("accelerate"))  # the console script beside this Python
-    launch = [accelerate, "launch", "--cpu", "--num_processes", "2", "--num_machines", "1"]
+    launch = [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
     result = subprocess.run(
         [*launch, "--mixed_precision", "no", "--dynamo_backend", "no", "train.py", *SMOKE, "--output-dir", str(out)],
         cwd=ROOT,
-        env=run_env(),
+        env=dict(run_env(), ACCELERATE_USE_CPU="1"),
         capture_output=True,
         text=True,
         timeout=600,
@@ -209,6 +216,7 @@ def test_two_processes_train_and_evaluate(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["processes"] == 2
     assert summary["steps"] == 6 and summary["best_top1"] is not None
     assert result.stdout.count("summary: ") == 1  # printed by the main process only
     assert (out / "model.safetensors").is_file()
@@ -265,6 +273,8 @@ def test_resume_auto_ignores_a_half_written_checkpoint(base_run, tmp_path):
     result = run(*SMOKE, "--max-steps", "6", "--checkpoint-every", "2", "--output-dir", str(out), "--resume", "auto")
     assert f"Resumed from {out / 'checkpoints' / 'step_00000004'} at step 4" in result.stdout
     assert json.loads((out / "summary.json").read_text())["steps"] == 6
+    records = [(r["step"], "val/top1" in r) for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
+    assert len(records) == len(set(records)), "a step recorded twice after the resume"
 
 
 def test_non_finite_losses_stop_the_run_and_keep_the_last_good_checkpoint(tmp_path):
@@ -365,3 +375,153 @@ def test_accelerate_configs_load(name):
     if name == "fsdp":
         wrapped = config.fsdp_config["fsdp_transformer_layer_cls_to_wrap"].split(",")
         assert set(wrapped) <= set(dir(iris_timm.models.pdessm))
+
+
+def test_the_default_models_arguments_do_not_leak_into_another_model():
+    assert train.parse_config([]).model_kwargs == {"stem_stride": 2}
+    assert train.parse_config(["--model", "resnet18"]).model_kwargs == {}
+    assert train.parse_config(["--model", "resnet18", "--model-kwargs", '{"drop_rate": 0.1}']).model_kwargs == {
+        "drop_rate": 0.1
+    }
+
+
+def parquet_dataset(folder: Path, labels: list[int], image_column: str = "image", metadata: bool = True) -> Path:
+    """A Parquet split of tiny PNGs, with or without datasets' feature metadata."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    folder.mkdir(parents=True)
+    pngs = []
+    for i in range(len(labels)):
+        buffer = io.BytesIO()
+        Image.new("RGB", (8, 8), (i * 7 % 256, 0, 0)).save(buffer, format="PNG")
+        pngs.append({"bytes": buffer.getvalue(), "path": None})
+    table = pa.table({image_column: pngs, "label": labels})
+    if metadata:
+        from datasets import Dataset
+
+        Dataset(table).cast_column(image_column, train.ImageFeature()).to_parquet(str(folder / "train.parquet"))
+    else:
+        pq.write_table(table, folder / "train.parquet")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("labels", "kwargs", "argv", "message"),
+    [
+        (list(range(-1, 9)) * 2, {}, [], r"holds negative labels \(-1\): labels are class indices 0\.\.N-1"),
+        ([0, 100, 200, 300, 400] * 4, {}, [], r"labels are 5 integers \(0, 100, 200, 300, 400\), not 0\.\.4"),
+        (
+            [0, 1] * 5,
+            {"image_column": "img"},
+            [],
+            r"The dataset has no column 'image'; its columns are \['img', 'label'\]",
+        ),
+        ([0], {}, [], r"The dataset has 1 image\(s\) and no validation split: too few"),
+    ],
+)
+def test_bad_datasets_fail_with_what_to_fix(tmp_path, labels, kwargs, argv, message):
+    data = parquet_dataset(tmp_path / "data", labels, **kwargs)
+    cfg = train.parse_config([*SMOKE, "--dataset", str(data), "--output-dir", str(tmp_path / "out"), *argv])
+    with pytest.raises(SystemExit, match=message):
+        train.main(cfg)
+    assert not (tmp_path / "out").exists(), "a run that fails validation must write nothing"
+
+
+def test_parquet_without_datasets_metadata_decodes_its_images(tmp_path):
+    data = parquet_dataset(tmp_path / "data", [0, 1, 2] * 8, metadata=False)
+    cfg = train.parse_config([*SMOKE, "--dataset", str(data), "--output-dir", str(tmp_path / "out")])
+    train_data, _ = train.load_splits(cfg)
+    assert train_data[0]["image"].size == (8, 8)
+
+
+def test_a_folder_in_use_by_another_run_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import fcntl,sys,time; f=open({str(out / '.lock')!r},'a+'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); f.write('4242'); f.flush(); print('locked', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        cfg = train.parse_config([*SMOKE, "--output-dir", str(out)])
+        with pytest.raises(SystemExit, match=rf"{re.escape(str(out))} is in use by another run \(PID 4242\)"):
+            train.main(cfg)
+        assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_finished_run_is_kept_unless_resumed_or_overwritten(base_run, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(base_run, out)
+    before = (out / "model.safetensors").read_bytes()
+    cfg = train.parse_config([*SMOKE, "--max-steps", "2", "--output-dir", str(out)])
+    with pytest.raises(
+        SystemExit, match=r"already holds a run \(.*\)\. Continue it with --resume, replace it with --overwrite"
+    ):
+        train.main(cfg)
+    assert (out / "model.safetensors").read_bytes() == before
+    run(*SMOKE, "--max-steps", "2", "--output-dir", str(out), "--overwrite", "true")
+    assert [p.name for p in train.checkpoint_dirs(out)] == ["step_00000002"]
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+
+
+def test_multi_gpu_launch_without_a_gpu_stops_with_the_command_that_works(tmp_path):
+    """`accelerate launch --multi_gpu` on a machine without GPUs starts processes that Accelerate runs alone."""
+    env = run_env()
+    env.pop("ACCELERATE_USE_CPU", None)
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    result = subprocess.run(
+        [*launch, "train.py", *SMOKE, "--output-dir", str(tmp_path / "out")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "launched as one of 2 (WORLD_SIZE), but Accelerate runs it alone" in result.stderr
+    assert "ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N train.py" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_non_finite_weights_are_never_written(tmp_path):
+    model = timm.create_model("iris_pdessm_test", num_classes=3)
+    (tmp_path / "checkpoints" / "step_00000002").mkdir(parents=True)
+    run = types.SimpleNamespace(
+        plain_model=lambda: model, ema=None, output_dir=tmp_path, state=train.TrainerState(total_steps=5)
+    )
+    run.state.step = 3
+    train.refuse_non_finite_weights(run)  # finite: nothing to say
+    with torch.no_grad():
+        model.head.fc.weight[0, 0] = float("inf")
+    last = re.escape(str(tmp_path / "checkpoints" / "step_00000002"))
+    with pytest.raises(SystemExit, match=rf"NaN or infinity at step 3 \(1 tensors, e\.g\. head\.fc\.weight\).*{last}"):
+        train.refuse_non_finite_weights(run)
+
+
+def test_resuming_with_another_recipe_names_every_changed_key(base_run, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(base_run, out)
+    saved = (out / "train_config.yaml").read_text()
+    cfg = train.parse_config(
+        [*SMOKE, "--max-steps", "6", "--output-dir", str(out), "--resume", "--seed", "1", "--lr", "1"]
+    )
+    with pytest.raises(
+        SystemExit, match=r"the recipe differs: lr: saved 0\.\d+, now 1\.0; seed: saved 0, now 1\. Resume"
+    ):
+        train.main(cfg)
+    assert (out / "train_config.yaml").read_text() == saved
