@@ -315,6 +315,7 @@ def load_splits(cfg: Config):
         # One file per split, named by its file stem (train.parquet, val.parquet, ...).
         splits = load_dataset("parquet", data_files={p.stem: str(p) for p in sorted(source.glob("*.parquet"))})
     elif source.is_dir():
+        check_class_folders(source)
         splits = load_dataset("imagefolder", data_dir=str(source))
     elif cfg.dataset.startswith((".", "/")) or source.suffix:
         raise SystemExit(f"dataset: {cfg.dataset} does not exist. Give a Parquet file or folder, or an image folder.")
@@ -417,6 +418,17 @@ def classes(cfg: Config, train_data) -> tuple[list[str] | None, int]:
             "to a datasets ClassLabel."
         )
     return names, len(names) if names else len(labels)
+
+
+def check_class_folders(root: Path) -> None:
+    """An image folder's class folders each hold a file: datasets' imagefolder drops an empty one silently, and the
+    class with it."""
+    empty = sorted(str(d) for d in root.glob("*/*") if d.is_dir() and not any(p.is_file() for p in d.rglob("*")))
+    if empty:
+        raise SystemExit(
+            f"Class folder(s) without images: {', '.join(empty)}. Add images, or remove the folder(s) so the class "
+            "list is what you mean."
+        )
 
 
 def check_columns(cfg: Config, dataset) -> None:
@@ -560,6 +572,12 @@ def resume(cfg: Config, accelerator: Accelerator, ema: ModelEmaV3 | None, recipe
         checkpoint = checkpoint_dirs(Path(cfg.output_dir))[-1]
     if checkpoint is None:
         return TrainerState(total_steps=recipe_steps, recipe_steps=recipe_steps)
+    missing = [name for name in (WEIGHTS_FILE, TRAINER_STATE) if not (checkpoint / name).is_file()]
+    if missing:
+        raise SystemExit(
+            f"Checkpoint {checkpoint} is incomplete: {', '.join(missing)} missing. Resume from another checkpoint "
+            f"(--resume {checkpoint.parent}/step_...), or start afresh with --overwrite true."
+        )
     accelerator.load_state(str(checkpoint))
     if ema is not None:
         ema.module.load_state_dict(load_file(str(checkpoint / EMA_WEIGHTS)))
@@ -943,6 +961,7 @@ def setup(cfg: Config) -> Accelerator:
     return accelerator
 
 
+WEIGHTS_FILE = "model.safetensors"  # the weights Accelerate's save_state writes in a checkpoint
 RUN_FILES = ("train_config.yaml", "metrics.jsonl", "summary.json", CHECKPOINTS, "model.safetensors", "best")
 LOCK_NAME = ".lock"
 

@@ -525,3 +525,23 @@ def test_resuming_with_another_recipe_names_every_changed_key(base_run, tmp_path
     ):
         train.main(cfg)
     assert (out / "train_config.yaml").read_text() == saved
+
+
+def test_an_empty_class_folder_is_refused_not_dropped(tmp_path):
+    root = make_image_folder(tmp_path / "images", classes=2, per_class=2)
+    (root / "train" / "class_9").mkdir()
+    cfg = train.parse_config([*SMOKE, "--dataset", str(root), "--output-dir", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match=r"Class folder\(s\) without images: .*class_9\. Add images"):
+        train.main(cfg)
+
+
+def test_a_checkpoint_without_its_weights_names_the_missing_file(base_run, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(base_run, out)
+    last = train.checkpoint_dirs(out)[-1]
+    (last / "model.safetensors").unlink()
+    cfg = train.parse_config([*SMOKE, "--max-steps", "6", "--output-dir", str(out), "--resume"])
+    with pytest.raises(
+        SystemExit, match=rf"Checkpoint {re.escape(str(last))} is incomplete: model\.safetensors missing"
+    ):
+        train.main(cfg)
