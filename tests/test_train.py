@@ -140,7 +140,9 @@ def test_config_errors_name_the_key(tmp_path, argv, yaml_text, message):
         (["--mixed-precision", "fp8"], r"mixed_precision must be no, bf16 or fp16, got 'fp8'"),
         (["--lr", "0"], r"lr must be a finite number > 0"),
         (["--lr", "inf"], r"lr must be a finite number > 0, got inf"),
+        (["--lr", "nan"], r"lr must be a finite number > 0, got nan"),
         (["--img-size", "0"], r"img_size must be >= 1 pixels"),
+        (["--img-size", "-8"], r"img_size must be >= 1 pixels, or none for the model's own size; got -8"),
         (["--mixed-precision", "fp16"], r"mixed_precision fp16 needs a CUDA GPU, and none is available; on a CPU"),
         (["--resume", "/nonexistent"], r"resume: /nonexistent is not a checkpoint folder"),
         (["--time-budget-s", "0"], r"time_budget_s must be >= 1 or none, got 0\.0"),
@@ -383,6 +385,8 @@ def test_the_default_models_arguments_do_not_leak_into_another_model():
     assert train.parse_config(["--model", "resnet18", "--model-kwargs", '{"drop_rate": 0.1}']).model_kwargs == {
         "drop_rate": 0.1
     }
+    model = train.create_model(train.parse_config(["--model", "resnet10t"]), num_classes=3)
+    assert model.eval()(torch.zeros(1, 3, 32, 32)).shape == (1, 3)
 
 
 def parquet_dataset(folder: Path, labels: list[int], image_column: str = "image", metadata: bool = True) -> Path:
@@ -472,7 +476,9 @@ def test_a_finished_run_is_kept_unless_resumed_or_overwritten(base_run, tmp_path
     ):
         train.main(cfg)
     assert (out / "model.safetensors").read_bytes() == before
+    (out / "notes.txt").write_text("left by the earlier run")
     run(*SMOKE, "--max-steps", "2", "--output-dir", str(out), "--overwrite", "true")
+    assert not (out / "notes.txt").exists(), "--overwrite keeps nothing of the earlier run"
     assert [p.name for p in train.checkpoint_dirs(out)] == ["step_00000002"]
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
 
