@@ -26,6 +26,7 @@ import os
 import random
 import shlex
 import shutil
+import statistics
 import sys
 import time
 import types
@@ -51,7 +52,9 @@ from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
 from timm.scheduler.scheduler import Scheduler
 from timm.utils import ModelEmaV3
+from PIL import Image
 from torch.utils.data import DataLoader
+from torchvision.transforms import Compose
 from tqdm.auto import tqdm
 
 import iris_timm
@@ -98,6 +101,8 @@ class Config:
     # augmentation (timm transforms) and regularisation
     scale: tuple[float, float] = (0.5, 1.0)  # random-resized-crop area range
     hflip: float = 0.0
+    vflip: float = 0.0
+    transpose: float = 0.0  # swap the image axes; with hflip and vflip at 0.5: every flip and 90° rotation
     auto_augment: str | None = None  # e.g. "rand-m9-mstd0.5-inc1-mmax9" (RandAugment)
     reprob: float = 0.0  # random erasing probability
     crop_pct: float | None = 1.0  # eval centre-crop fraction; None: the model's
@@ -274,6 +279,9 @@ def validate(cfg: Config) -> None:
             "mixed_precision fp16 needs a CUDA GPU, and none is available; on a CPU use bf16 (or no), which "
             "autocast runs there."
         )
+    for name in ("hflip", "vflip", "transpose"):
+        if not 0 <= getattr(cfg, name) <= 1:
+            raise SystemExit(f"{name} is a probability: it must be in [0, 1], got {getattr(cfg, name)}.")
     if uses_mixup(cfg) and cfg.batch_size % 2:
         raise SystemExit(f"mixup/cutmix need an even batch_size, got {cfg.batch_size}.")
     if cfg.time_budget_s and cfg.max_steps is not None and cfg.max_steps <= PACE_STEPS[1]:
@@ -370,7 +378,7 @@ class SeededTransform(torch.utils.data.Dataset):
             random.seed(seed)
             np.random.seed(seed)
             torch.manual_seed(seed)
-            image = self.transform(example[self.image_column].convert("RGB"))
+            image = self.transform(example[self.image_column])
         random.setstate(python_state)
         np.random.set_state(numpy_state)
         return image, example[self.label_column]
@@ -380,7 +388,7 @@ def streamed(dataset, transform, cfg: Config):
     """A streamed split, shuffled with a buffer and transformed on the fly."""
 
     def apply(example):
-        return {"image": transform(example[cfg.image_column].convert("RGB")), "label": example[cfg.label_column]}
+        return {"image": transform(example[cfg.image_column]), "label": example[cfg.label_column]}
 
     return dataset.shuffle(seed=cfg.seed, buffer_size=10_000).map(apply).with_format("torch")
 
@@ -447,26 +455,52 @@ def decoded_images(dataset, column: str):
     return dataset
 
 
+def image_channels(model: torch.nn.Module) -> int:
+    """The channels the model's first convolution takes (timm names it in ``pretrained_cfg['first_conv']``)."""
+    return model.get_submodule(model.pretrained_cfg["first_conv"]).in_channels
+
+
 def preprocessing(cfg: Config, model: torch.nn.Module) -> dict:
     """The model's own preprocessing (mean, std, interpolation) at the recipe's size and crop. It becomes part of the
     model's pretrained_cfg, so the exported folder tells users (and transformers' image processor) how its inputs
-    were prepared."""
-    overrides = {"input_size": (3, cfg.img_size, cfg.img_size)} if cfg.img_size else {}
+    were prepared. A one-channel model (``in_chans: 1``) reads greyscale images, normalised by the mean of the
+    model's per-channel statistics."""
+    channels = image_channels(model)
+    overrides = {"input_size": (channels, cfg.img_size, cfg.img_size)} if cfg.img_size else {}
     if cfg.crop_pct is not None:
         overrides["crop_pct"] = cfg.crop_pct
     data_config = resolve_data_config(overrides, model=model)
+    if channels == 1:
+        data_config.update({key: (statistics.fmean(data_config[key]),) for key in ("mean", "std")})
+    elif channels != 3:
+        raise SystemExit(f"The model takes {channels}-channel images; train.py reads RGB (3) or greyscale (1) only.")
     pool = tuple(math.ceil(s / model.feature_info[-1]["reduction"]) for s in data_config["input_size"][1:])
     model.pretrained_cfg = dict(model.pretrained_cfg, **data_config, pool_size=pool)
     return data_config
+
+
+class ConvertImage:
+    """PIL image to the mode the model reads (``"RGB"`` or ``"L"``), then a random axis swap with probability ``p``
+    (a transpose: with horizontal and vertical flips, it makes every 90° rotation)."""
+
+    def __init__(self, mode: str, transpose: float = 0.0):
+        self.mode, self.transpose = mode, transpose
+
+    def __call__(self, image: Image.Image) -> Image.Image:
+        image = image.convert(self.mode)
+        return image.transpose(Image.Transpose.TRANSPOSE) if random.random() < self.transpose else image
 
 
 def make_loaders(
     cfg: Config, data_config: dict, train_data, val_data
 ) -> tuple[torch.utils.data.Dataset, DataLoader, DataLoader]:
     """The training set (its epoch seeds the augmentation) and the training and validation loaders."""
-    augment = dict(scale=cfg.scale, hflip=cfg.hflip, auto_augment=cfg.auto_augment, re_prob=cfg.reprob)
-    train_tf = create_transform(**data_config, is_training=True, **augment)
-    eval_tf = create_transform(**data_config)
+    augment = dict(scale=cfg.scale, hflip=cfg.hflip, vflip=cfg.vflip, auto_augment=cfg.auto_augment, re_prob=cfg.reprob)
+    mode = "L" if data_config["input_size"][0] == 1 else "RGB"
+    train_tf = Compose(
+        [ConvertImage(mode, cfg.transpose), create_transform(**data_config, is_training=True, **augment)]
+    )
+    eval_tf = Compose([ConvertImage(mode), create_transform(**data_config)])
     if cfg.streaming:
         train_set, val_set = streamed(train_data, train_tf, cfg), streamed(val_data, eval_tf, cfg)
     else:

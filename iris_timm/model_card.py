@@ -29,6 +29,8 @@ from timm.models import get_model_args, parse_model_name
 from .flops import count_macs, count_params
 from .layers import (
     ConvectionDiffusionReaction2d,
+    DepthwiseConv,
+    GlobalOnly,
     HeatMixer,
     LocalPlusGlobal,
     LocalThenGlobal,
@@ -49,11 +51,18 @@ _BLOCKS = {
     LocalThenGlobal: "Each block is gated (MambaOut's design): `x + fc2(act(g) ⊙ [i, s′])` with "
     "`(g, i, s) = split(fc1(norm(x)))`, whose spatial channels go through a learned depthwise convolution, then the "
     "global operator, `s′ = norm(F(dwconv(s)))`.",
+    GlobalOnly: "Each block is gated (MambaOut's design): `x + fc2(act(g) ⊙ [i, s′])` with "
+    "`(g, i, s) = split(fc1(norm(x)))`, whose spatial channels go through the global operator alone (no depthwise "
+    "convolution), `s′ = norm(F(s))`.",
     HeatMixer: "Each block is `x + mixer(norm(x))` then `x + mlp(norm(x))`, with the vHeat-style mixer "
     "`dwconv₃ₓ₃ → linear (x, z) → F(x) → norm → ⊙ SiLU(z) → linear`.",
     PDESSMMixer: "Each block is `x + LayerScale(mixer(norm(x)))` then `x + LayerScale(mlp(norm(x)))`. The mixer "
     "computes `y = F(x) + W_local x`, a token differential (by default the local one, "
     "`y ← y + α (y − mean₃ₓ₃(y))`), and a self-gate `y ⊙ SiLU(W_gate y)`.",
+    # Last: the blocks above hold a depthwise convolution too.
+    DepthwiseConv: "Each block is gated (MambaOut's design): `x + fc2(act(g) ⊙ [i, s′])` with "
+    "`(g, i, s) = split(fc1(norm(x)))`, whose spatial channels go through a learned depthwise convolution alone, "
+    "`s′ = dwconv(s)`: no global operator.",
 }
 
 
@@ -167,10 +176,10 @@ logits = model(**processor(image)).logits
 
 ## What the model computes
 
-{{ block }} The global operator `F`, per channel:
+{{ block }}{% if operators %} The global operator `F`, per channel:
 {% for operator in operators %}
 - {{ operator }}
-{%- endfor %}
+{%- endfor %}{% endif %}
 
 {{ params }} M parameters; {{ gmacs }} GMACs on one {{ input_size }} image, counted by
 `iris_timm.flops.count_macs` (FFTs and complex products included).

@@ -500,6 +500,8 @@ def test_save_timm_folder_writes_any_timm_model_that_timm_loads_back(tmp_path):
             ["s′ = dwconv(s) + norm(F(s))", "with an open (zero outside the image) boundary, on wavenumbers |k| ≤ π·6"],
         ),
         ({"spatial_mix": "sequence"}, ["s′ = norm(F(dwconv(s)))"]),
+        ({"spatial_mix": "local"}, ["`s′ = dwconv(s)`: no global operator"]),
+        ({"spatial_mix": "global"}, ["`s′ = norm(F(s))`"]),
         ({"block": "heat"}, ["vHeat-style mixer"]),
         (
             {"block": "metaformer", "pde_boundary": "periodic", "pde_modes": 0},

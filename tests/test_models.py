@@ -16,6 +16,8 @@ from torchvision.models.feature_extraction import create_feature_extractor, get_
 import iris_timm
 from iris_timm.layers import (
     ConvectionDiffusionReaction2d,
+    DepthwiseConv,
+    GlobalOnly,
     HeatMixer,
     LocalPlusGlobal,
     LocalThenGlobal,
@@ -247,6 +249,8 @@ def test_model_options():
     [
         ({}, GatedBlock, LocalPlusGlobal),
         ({"spatial_mix": "sequence"}, GatedBlock, LocalThenGlobal),
+        ({"spatial_mix": "local"}, GatedBlock, DepthwiseConv),
+        ({"spatial_mix": "global"}, GatedBlock, GlobalOnly),
         ({"block": "heat"}, MetaFormerBlock, HeatMixer),
         ({"block": "metaformer"}, MetaFormerBlock, PDESSMMixer),
         ({"block": "metaformer", "operator": "spectral", "token_diff": "global"}, MetaFormerBlock, PDESSMMixer),

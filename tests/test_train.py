@@ -551,3 +551,36 @@ def test_a_checkpoint_without_its_weights_names_the_missing_file(base_run, tmp_p
         SystemExit, match=rf"Checkpoint {re.escape(str(last))} is incomplete: model\.safetensors missing"
     ):
         train.main(cfg)
+
+
+def test_a_one_channel_model_reads_greyscale_images_and_exports_its_preprocessing(tmp_path):
+    out = tmp_path / "grey"
+    argv = [*SMOKE, "--model-kwargs", '{"stem_stride": 2, "in_chans": 1}', "--max-steps", "3"]
+    run(*argv, "--output-dir", str(out), "--transpose", "0.5", "--vflip", "0.5", "--hflip", "0.5")
+    config = json.loads((out / "config.json").read_text())["pretrained_cfg"]
+    assert config["input_size"] == [1, 32, 32]
+    assert len(config["mean"]) == len(config["std"]) == 1
+    cfg = train.parse_config([*argv, "--output-dir", str(tmp_path / "unused")])
+    model = train.create_model(cfg, num_classes=10)
+    train_data, val_data = train.load_splits(cfg)
+    _, train_loader, val_loader = train.make_loaders(cfg, train.preprocessing(cfg, model), train_data, val_data)
+    images, _ = next(iter(val_loader))
+    assert images.shape[1:] == (1, 32, 32)
+    assert model(images).shape == (len(images), 10)
+
+
+def test_transpose_swaps_the_image_axes_and_converts_the_mode():
+    from PIL import Image
+
+    pixels = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    image = Image.fromarray(pixels).convert("RGB")
+    swapped = train.ConvertImage("L", transpose=1.0)(image)
+    np.testing.assert_array_equal(np.asarray(swapped), pixels.T)
+    np.testing.assert_array_equal(np.asarray(train.ConvertImage("L")(image)), pixels)
+
+
+@pytest.mark.parametrize("name", ["hflip", "vflip", "transpose"])
+def test_flip_probabilities_outside_zero_to_one_are_refused(tmp_path, name):
+    cfg = train.parse_config([*SMOKE, "--output-dir", str(tmp_path / "out"), f"--{name}", "1.5"])
+    with pytest.raises(SystemExit, match=rf"{name} is a probability: it must be in \[0, 1\], got 1\.5"):
+        train.main(cfg)

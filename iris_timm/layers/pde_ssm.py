@@ -16,6 +16,7 @@ __all__ = [
     "OPERATORS",
     "TOKEN_DIFFS",
     "DepthwiseConv",
+    "GlobalOnly",
     "HeatMixer",
     "LocalPlusGlobal",
     "LocalThenGlobal",
@@ -176,6 +177,26 @@ class LocalPlusGlobal(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.local(x) + self.norm(self.operator(x))  # (B, H, W, C)
+
+
+class GlobalOnly(nn.Module):
+    """Spatial filter, the operator alone: ``norm(operator(x))`` (the ablation without the depthwise conv)."""
+
+    def __init__(
+        self,
+        channels: int,
+        norm_layer: type[nn.Module] = LayerNorm,
+        device=None,
+        dtype=None,
+        **operator_kwargs,
+    ):
+        super().__init__()
+        dd = {"device": device, "dtype": dtype}
+        self.operator = create_fourier_operator("pde", channels, channels_last=True, **operator_kwargs, **dd)
+        self.norm = norm_layer(channels, **dd)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.operator(x))  # (B, H, W, C)
 
 
 class LocalThenGlobal(LocalPlusGlobal):

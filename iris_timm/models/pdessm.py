@@ -44,6 +44,8 @@ from torch import nn
 
 from ..layers import (
     ConvectionDiffusionReaction2d,
+    DepthwiseConv,
+    GlobalOnly,
     HeatMixer,
     LocalPlusGlobal,
     LocalThenGlobal,
@@ -239,7 +241,7 @@ class GatedBlock(nn.Module):
 
 
 BLOCKS = ("gated", "metaformer", "heat")
-SPATIAL_MIXES = {"sum": LocalPlusGlobal, "sequence": LocalThenGlobal}
+SPATIAL_MIXES = {"sum": LocalPlusGlobal, "sequence": LocalThenGlobal, "local": DepthwiseConv, "global": GlobalOnly}
 
 
 def block_layer(
@@ -264,7 +266,12 @@ def block_layer(
     if block == "gated":
         if spatial_mix not in SPATIAL_MIXES:
             raise ValueError(f"Unknown spatial_mix {spatial_mix!r}; choose one of {tuple(SPATIAL_MIXES)}.")
-        spatial = partial(SPATIAL_MIXES[spatial_mix], kernel_size=kernel_size, norm_layer=norm_layer, **pde_args)
+        if spatial_mix == "local":  # the ablation without the operator: MambaOut's block
+            spatial = partial(DepthwiseConv, kernel_size=kernel_size)
+        elif spatial_mix == "global":  # the ablation without the depthwise conv
+            spatial = partial(GlobalOnly, norm_layer=norm_layer, **pde_args)
+        else:
+            spatial = partial(SPATIAL_MIXES[spatial_mix], kernel_size=kernel_size, norm_layer=norm_layer, **pde_args)
         return partial(GatedBlock, spatial_layer=spatial, expansion_ratio=expansion_ratio, norm_layer=norm_layer)
     if block == "metaformer":
         mixer = partial(
@@ -343,8 +350,9 @@ class IrisPDESSM(nn.Module):
             (vHeat-style mixer then MLP).
         expansion_ratio: gated block: ``fc1`` expands to ``2 * expansion_ratio * dim`` (gate and value halves).
         kernel_size: gated block: the depthwise conv's kernel size.
-        spatial_mix: gated block: ``'sum'`` (``dwconv(x) + norm(pde(x))``) or ``'sequence'``
-            (``norm(pde(dwconv(x)))``).
+        spatial_mix: gated block: ``'sum'`` (``dwconv(x) + norm(pde(x))``), ``'sequence'``
+            (``norm(pde(dwconv(x)))``), or the ablations ``'local'`` (``dwconv(x)``: MambaOut's block) and
+            ``'global'`` (``norm(pde(x))``).
         mlp_ratio: metaformer and heat blocks: MLP hidden width over block width.
         operator: metaformer block: ``'pde'``, ``'spectral'`` (GFNet-style learned weights on ``spectral_modes``
             low modes per channel) or ``'pde+spectral'``.
