@@ -44,6 +44,7 @@ from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, broadcast_object_list, is_tensorboard_available, set_seed
 from datasets import ClassLabel, Dataset, DatasetDict, load_dataset
 from datasets import Image as ImageFeature
+from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from timm.data import Mixup, create_transform, resolve_data_config
@@ -52,7 +53,6 @@ from timm.optim import create_optimizer_v2
 from timm.scheduler import create_scheduler_v2
 from timm.scheduler.scheduler import Scheduler
 from timm.utils import ModelEmaV3
-from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision.transforms import Compose
 from tqdm.auto import tqdm

@@ -563,7 +563,7 @@ def test_a_one_channel_model_reads_greyscale_images_and_exports_its_preprocessin
     cfg = train.parse_config([*argv, "--output-dir", str(tmp_path / "unused")])
     model = train.create_model(cfg, num_classes=10)
     train_data, val_data = train.load_splits(cfg)
-    _, train_loader, val_loader = train.make_loaders(cfg, train.preprocessing(cfg, model), train_data, val_data)
+    *_, val_loader = train.make_loaders(cfg, train.preprocessing(cfg, model), train_data, val_data)
     images, _ = next(iter(val_loader))
     assert images.shape[1:] == (1, 32, 32)
     assert model(images).shape == (len(images), 10)
