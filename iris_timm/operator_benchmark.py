@@ -1,20 +1,30 @@
-"""The PDE operator's cost against one C x C linear layer, on every stage grid of a model.
+"""The PDE operator's cost against one C x C linear layer, on every stage grid of a model, and what it costs a
+whole model's training.
 
 python -m iris_timm.operator_benchmark                              # iris_pdessm_s, 224² (batch 8), 1024² (batch 1)
+python -m iris_timm.operator_benchmark --train                      # forward + backward, and whole-model training
 python -m iris_timm.operator_benchmark --device cuda --dtype bfloat16
 
 For each stage, the operator of that stage's blocks (its width, heads, boundary and cut-off) runs on the
 stage's feature map ``(B, H, W, C)`` at each input size, once per implementation (``modes``, ``separable``,
-``fft``), beside ``nn.Linear(C, C)`` on the same tensor. Each timed call is one forward; the operator and the
+``fft``), beside ``nn.Linear(C, C)`` on the same tensor and a copy of it (``x.clone()``: one read and one write of
+the map, the least any operator on it can cost). Each timed call is one forward; the operator and the
 linear alternate, so drifts of the machine's speed hit both alike. The table shows the median time of each over
 ``--repeats`` calls and their ratio; ``operator_benchmark.json`` keeps every sample. The default
 implementation's ratio is checked against :data:`TARGET_RATIO`.
+
+With ``--train`` each timed call is a forward and a backward (the gradient of a fixed random projection of the
+output, so both the input's and the coefficients' gradients are computed), and a second table times whole-model
+training steps (forward, cross-entropy, backward, AdamW update) of each model in :data:`TRAINING_MODELS` against
+the same model without the operator (``spatial_mix="local"``: each block's spatial filter is its depthwise conv
+alone), the two models' steps alternating. Their ratio of images/s is checked against :data:`TARGET_TRAINING`.
 """
 
 import argparse
 import json
 import platform
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +35,18 @@ from .benchmark import default_batch_size, seconds
 from .files import write_text
 from .layers import CDR_METHODS, ConvectionDiffusionReaction2d, create_cdr
 
-__all__ = ["TARGET_RATIO", "main", "stage_operators"]
+__all__ = ["TARGET_RATIO", "TARGET_TRAINING", "TRAINING_MODELS", "main", "measure_training", "stage_operators"]
 
 # The default operator should cost at most half of one C x C linear layer on every stage grid.
 TARGET_RATIO = 0.5
+# A model with the operator should train at least this fraction of the images/s of the same model without it.
+TARGET_TRAINING = 0.9
+# (model, input size, batch size, model arguments): ImageNet's setting and the CIFAR-10 recipes' two stems.
+TRAINING_MODELS = [
+    ("iris_pdessm_s", 224, 8, {}),
+    ("iris_pdessm_atto", 32, 64, {"num_classes": 10}),
+    ("iris_pdessm_atto", 32, 64, {"num_classes": 10, "stem_stride": 2}),
+]
 
 
 def stage_operators(model_name: str, size: int, batch_size: int) -> list[dict[str, Any]]:
@@ -57,8 +75,24 @@ def stage_operators(model_name: str, size: int, batch_size: int) -> list[dict[st
     return stages
 
 
-def measure(stage: dict[str, Any], method: str, device: torch.device, dtype: torch.dtype, repeats: int, warmup: int):
-    """Seconds per forward of the stage's operator (by ``method``) and of ``nn.Linear(C, C)``, interleaved."""
+class Copy(torch.nn.Module):
+    """``x.clone()``: one read and one write of the map (and of its gradient)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+
+def measure(
+    stage: dict[str, Any],
+    method: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    repeats: int,
+    warmup: int,
+    train: bool = False,
+) -> dict[str, list[float]]:
+    """Seconds per call of the stage's operator (by ``method``) and of ``nn.Linear(C, C)``, interleaved: a forward,
+    or with ``train`` a forward and a backward."""
     B, H, W, C = stage["shape"]
     operator = create_cdr(
         stage["channels"],
@@ -70,15 +104,65 @@ def measure(stage: dict[str, Any], method: str, device: torch.device, dtype: tor
         device=device,
     )
     linear = torch.nn.Linear(C, C, device=device)
-    x = torch.randn(B, H, W, C, device=device)
+    x = torch.randn(B, H, W, C, device=device, requires_grad=train)
+    projection = torch.randn(B, H, W, C, device=device)
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
-    samples: dict[str, list[float]] = {"operator": [], "linear": []}
-    with torch.no_grad(), autocast:
+
+    def call(layer: torch.nn.Module) -> Callable[[], None]:
+        if not train:
+            return lambda: layer(x)
+        return lambda: layer(x).backward(projection)
+
+    # The copy reads the map and writes one of the same size: the least any operator on it can cost.
+    layers = {"operator": operator, "linear": linear, "copy": Copy()}
+    samples: dict[str, list[float]] = {name: [] for name in layers}
+    with torch.set_grad_enabled(train), autocast:
         for step in range(warmup + repeats):
-            times = {"operator": seconds(lambda: operator(x), device), "linear": seconds(lambda: linear(x), device)}
+            times = {name: seconds(call(layer), device) for name, layer in layers.items()}
             if step >= warmup:
                 for name, sample in times.items():
                     samples[name].append(sample)
+    return samples
+
+
+def measure_training(
+    model_name: str,
+    size: int,
+    batch_size: int,
+    model_args: dict[str, Any],
+    device: torch.device,
+    dtype: torch.dtype,
+    repeats: int,
+    warmup: int,
+) -> dict[str, list[float]]:
+    """Seconds per training step of the model and of the same model without the operator, interleaved."""
+    import iris_timm  # noqa: F401  (registers the iris_* models)
+
+    models = {
+        "with": timm.create_model(model_name, **model_args).to(device),
+        "without": timm.create_model(model_name, spatial_mix="local", **model_args).to(device),
+    }
+    x = torch.randn(batch_size, 3, size, size, device=device)
+    target = torch.randint(0, models["with"].num_classes, (batch_size,), device=device)
+    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+
+    def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
+        def run() -> None:
+            with autocast:
+                loss = torch.nn.functional.cross_entropy(model(x).float(), target)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        return run
+
+    steps = {name: step(model.train(), torch.optim.AdamW(model.parameters())) for name, model in models.items()}
+    samples: dict[str, list[float]] = {name: [] for name in models}
+    for index in range(warmup + repeats):
+        for name, run in steps.items():
+            sample = seconds(run, device)
+            if index >= warmup:
+                samples[name].append(sample)
     return samples
 
 
@@ -90,6 +174,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--modes", type=int, help="measure at this cut-off instead of the model's (the cost/cut-off trade-off)"
     )
+    parser.add_argument("--train", action="store_true", help="forward + backward, and whole-model training steps")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (the comparison is per thread)")
@@ -103,40 +188,71 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     records = []
     cutoff = f", modes={args.modes}" if args.modes else ""
+    kind = "forward + backward" if args.train else "forward"
     print(
-        f"{args.model}{cutoff}: operator time / nn.Linear(C, C) time, {args.device} {args.dtype}, "
+        f"{args.model}{cutoff}: operator time / nn.Linear(C, C) time ({kind}), {args.device} {args.dtype}, "
         f"{args.threads} thread(s)"
     )
     print(
         f"{'size':>5} {'batch':>5} {'stage grid (B, H, W, C)':>24} {'linear ms':>10} "
         + " ".join(f"{method:>10}" for method in args.methods)
+        + f" {'copy':>10}"
     )
     for size in args.sizes:
         batch_size = default_batch_size(size)
         for stage in stage_operators(args.model, size, batch_size):
             stage["modes"] = args.modes or stage["modes"]
             row = {"size": size, "batch_size": batch_size, **stage, "methods": {}}
-            linear_all = []
+            linear_all, copy_ratios = [], []
             for method in args.methods:
-                samples = measure(stage, method, device, dtype, args.repeats, args.warmup)
+                samples = measure(stage, method, device, dtype, args.repeats, args.warmup, args.train)
                 linear_all += samples["linear"]
+                linear = statistics.median(samples["linear"])
                 row["methods"][method] = {
                     "samples_s": samples["operator"],
                     "linear_samples_s": samples["linear"],
-                    "ratio": statistics.median(samples["operator"]) / statistics.median(samples["linear"]),
+                    "copy_samples_s": samples["copy"],
+                    "ratio": statistics.median(samples["operator"]) / linear,
                 }
+                copy_ratios.append(statistics.median(samples["copy"]) / linear)
             row["linear_ms"] = statistics.median(linear_all) * 1e3
+            row["copy_ratio"] = statistics.median(copy_ratios)
             records.append(row)
             ratios = " ".join(f"{row['methods'][m]['ratio']:>9.2f}x" for m in args.methods)
-            print(f"{size:>5} {batch_size:>5} {tuple(stage['shape'])!s:>24} {row['linear_ms']:>10.2f} {ratios}")
+            print(
+                f"{size:>5} {batch_size:>5} {tuple(stage['shape'])!s:>24} {row['linear_ms']:>10.2f} {ratios} "
+                f"{row['copy_ratio']:>9.2f}x"
+            )
 
     default = next(iter(CDR_METHODS))
     worst = max(row["methods"][default]["ratio"] for row in records) if default in args.methods else None
     if worst is not None:
         verdict = "meets" if worst <= TARGET_RATIO else "misses"
         print(f"default ({default}): worst ratio {worst:.2f}x, {verdict} the target of {TARGET_RATIO}x")
+    training = []
+    if args.train:
+        print(
+            "training step (forward, backward, AdamW), images/s with and without the operator, "
+            f"median of {args.repeats}"
+        )
+        print(f"{'model':>18} {'size':>5} {'batch':>5} {'arguments':>24} {'with':>8} {'without':>8} {'ratio':>6}")
+        for name, size, batch_size, model_args in TRAINING_MODELS:
+            samples = measure_training(name, size, batch_size, model_args, device, dtype, args.repeats, args.warmup)
+            speed = {key: batch_size / statistics.median(values) for key, values in samples.items()}
+            row = {"model": name, "size": size, "batch_size": batch_size, "model_args": model_args}
+            row.update(samples_s=samples, images_per_s=speed, ratio=speed["with"] / speed["without"])
+            training.append(row)
+            shown = ", ".join(f"{k}={v}" for k, v in model_args.items() if k != "num_classes") or "defaults"
+            print(
+                f"{name:>18} {size:>5} {batch_size:>5} {shown:>24} {speed['with']:>8.1f} {speed['without']:>8.1f} "
+                f"{row['ratio']:>5.2f}x"
+            )
+        slowest = min(row["ratio"] for row in training)
+        verdict = "meets" if slowest >= TARGET_TRAINING else "misses"
+        print(f"training: slowest ratio {slowest:.2f}x, {verdict} the target of {TARGET_TRAINING}x")
     meta = {
         "model": args.model,
+        "train": args.train,
         "device": args.device,
         "dtype": args.dtype,
         "threads": args.threads,
@@ -146,9 +262,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "processor": platform.processor(),
         "target_ratio": TARGET_RATIO,
         "worst_default_ratio": worst,
+        "target_training": TARGET_TRAINING,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {**meta, "records": records}
+    result = {**meta, "records": records, "training": training}
     write_text(args.out / "operator_benchmark.json", json.dumps(result, indent=1))  # atomic: never read half-written
     return result
 

@@ -19,18 +19,24 @@ def test_targets_report_ratios_and_verdicts():
     records = [
         record("iris_pdessm_s", 224, 10.0),
         record("deit_small_patch16_224", 224, 8.0),
-        record("convnext_tiny", 224, 9.0),
+        record("convnext_tiny", 224, 11.0),
+        record("mambaout_tiny", 224, 8.0),
         record("iris_pdessm_s", 1024, 10.0 / (1024 / 224) ** 2.4, peak_memory_mb=20.0),
         record("deit_small_patch16_224", 1024, 0.01, peak_memory_mb=100.0),
         {"model": "convnext_tiny", "size": 1024, "mode": "infer", "error": "out of memory"},
     ]
-    verdicts = [(r["verdict"], r["measured"]) for r in check_targets(records)]
-    assert verdicts[0] == ("PASS", 1.25)
-    assert verdicts[1][0] == "FAIL" and math.isclose(verdicts[1][1], 10 / 9)
-    assert verdicts[3] == ("PASS", 0.2)
-    assert verdicts[4] == ("NOT MEASURED", None)  # a peer that could not run is not a pass
-    assert verdicts[5][0] == "FAIL" and math.isclose(verdicts[5][1], 1.2)
-    assert len(verdicts) == 6
+    verdicts = {r["target"]: (r["verdict"], r["measured"]) for r in check_targets(records)}
+    assert len(verdicts) == 8
+    assert verdicts["224²: iris_pdessm_s / deit_small_patch16_224 images/s >= 1.0"] == ("PASS", 1.25)
+    verdict, value = verdicts["224²: iris_pdessm_s / convnext_tiny images/s >= 1.0"]
+    assert verdict == "FAIL" and math.isclose(value, 10 / 11)
+    assert verdicts["224²: iris_pdessm_s / mambaout_tiny images/s >= 1.2"] == ("PASS", 1.25)
+    assert verdicts["1024²: iris_pdessm_s / deit_small_patch16_224 peak memory <= 0.3"] == ("PASS", 0.2)
+    # A peer that could not run is not a pass.
+    assert verdicts["1024²: iris_pdessm_s / convnext_tiny images/s >= 1.2"] == ("NOT MEASURED", None)
+    assert verdicts["1024²: iris_pdessm_s / convnext_tiny peak memory <= 1.0"] == ("NOT MEASURED", None)
+    verdict, value = verdicts["224²→1024²: iris_pdessm_s time/image ~ (pixels)^p, p <= 1.1"]
+    assert verdict == "FAIL" and math.isclose(value, 1.2)
 
 
 def test_default_batch_sizes():

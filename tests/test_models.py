@@ -402,12 +402,18 @@ def test_features_only_dict_and_list_match_the_intermediates(feature_cls):
         torch.testing.assert_close(got, want)
 
 
-def test_torchvision_feature_extractor_with_the_operator_as_leaf():
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"block": "heat"}, {"block": "metaformer", "operator": "pde+spectral", "token_diff": "local"}]
+)
+def test_plain_torch_fx_traces_every_block_and_the_graph_runs_at_any_size(kwargs):
+    """A bare torch.fx.symbolic_trace and torchvision's create_feature_extractor need no leaf modules."""
     from torchvision.models.feature_extraction import create_feature_extractor
 
-    x = torch.randn(2, 3, 32, 32)
-    model = timm.create_model("iris_pdessm_test").eval()
-    leaves = [iris_timm.layers.ConvectionDiffusionReaction2d]
-    extractor = create_feature_extractor(model, ["stages.1"], tracer_kwargs={"leaf_modules": leaves})
-    want = model.forward_intermediates(x, indices=[1], intermediates_only=True, output_fmt="NHWC")[0]
-    torch.testing.assert_close(extractor(x)["stages.1"], want)
+    model = timm.create_model("iris_pdessm_test", **kwargs).eval()
+    graph = torch.fx.symbolic_trace(model)
+    extractor = create_feature_extractor(model, ["stages.1"])
+    for size in (32, 48):  # the graph holds no grid size: the operators are single calls
+        x = torch.randn(2, 3, size, size)
+        torch.testing.assert_close(graph(x), model(x))
+        want = model.forward_intermediates(x, indices=[1], intermediates_only=True, output_fmt="NHWC")[0]
+        torch.testing.assert_close(extractor(x)["stages.1"], want)

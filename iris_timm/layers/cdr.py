@@ -44,6 +44,7 @@ one state dict)
     refuses half precision on non-power-of-two sizes): exact, kept as the reference.
 """
 
+import functools
 import math
 
 import torch
@@ -54,6 +55,7 @@ __all__ = [
     "BOUNDARIES",
     "CDR_METHODS",
     "CUTOFF_DAMPING",
+    "DENSE_MAX_SIZE",
     "ConvectionDiffusionReaction2d",
     "FFTConvectionDiffusionReaction2d",
     "SeparableConvectionDiffusionReaction2d",
@@ -63,6 +65,9 @@ __all__ = [
 BOUNDARIES = ("open", "periodic")
 # The symbol's magnitude, relative to the reaction gain, at the cut-off wavenumber π·modes.
 CUTOFF_DAMPING = 1e-3
+# On grids with no side longer than this, the kept modes do not reduce the map (2 (modes + 1) real coefficients per
+# axis): the operator applies as one dense matrix per channel and axis instead of through the transforms.
+DENSE_MAX_SIZE = 16
 
 
 def _kept_frequencies(period: int, cell: float, max_wavenumber: float, device: torch.device) -> torch.Tensor:
@@ -87,7 +92,27 @@ def _bases(frequencies: torch.Tensor, period: int, size: int) -> tuple[torch.Ten
     angle = (2 * math.pi / period) * torch.remainder(frequencies[:, None] * j[None, :], period).float()
     analysis = torch.cat([angle.cos(), angle.sin()]) / math.sqrt(period)  # (2M, size)
     weight = 2.0 - ((frequencies == 0) | (2 * frequencies == period)).float()
-    return analysis, (analysis * weight.repeat(2)[:, None]).t()
+    # Contiguous: a transposed view sends the batched GEMMs down a path several times slower on the CPU.
+    return analysis, (analysis * weight.repeat(2)[:, None]).t().contiguous()
+
+
+def _axis_bases(
+    period: int, size: int, cell: float, max_wavenumber: float, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The kept frequencies and the analysis and synthesis bases of one axis."""
+    frequencies = _kept_frequencies(period, cell, max_wavenumber, device)
+    analysis, synthesis = _bases(frequencies, period, size)
+    return frequencies, analysis, synthesis
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_axis_bases(
+    period: int, size: int, cell: float, max_wavenumber: float, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_axis_bases`, built once per grid and device (they hold no parameter). Built outside inference mode,
+    so an entry made there still serves training."""
+    with torch.inference_mode(False), torch.no_grad():
+        return _axis_bases(period, size, cell, max_wavenumber, device)
 
 
 def _rotate(z: torch.Tensor, dim: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -97,7 +122,134 @@ def _rotate(z: torch.Tensor, dim: int, cos: torch.Tensor, sin: torch.Tensor) -> 
     return torch.addcmul(z * cos, z.flip(dim), sin)
 
 
-@register_notrace_module  # the grid size drives the transforms: a leaf for torch.fx
+def _axis_matrix(analysis: torch.Tensor, synthesis: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """One axis of the operator as a dense matrix per channel, ``(C, size, size)``: synthesis · symbol · analysis,
+    from the factors :meth:`ConvectionDiffusionReaction2d.axis_operator` returns."""
+    half = analysis.shape[0] // 2
+    fwd_cos, fwd_sin = analysis[:half], analysis[half:]  # (M, size) each
+    inv_cos, inv_sin = synthesis[:, :half], synthesis[:, half:]  # (size, M) each
+    # (a, b) = (fwd_cos x, fwd_sin x) -> (a ρcos + b ρsin, b ρcos − a ρsin), then synthesis; see _rotate.
+    rho_cos, rho_sin = cos[0].t(), sin[0].t()  # (C, M)
+    cos_part = torch.einsum("im,cm,mj->cij", inv_cos, rho_cos, fwd_cos) + torch.einsum(
+        "im,cm,mj->cij", inv_sin, rho_cos, fwd_sin
+    )
+    sin_part = torch.einsum("im,cm,mj->cij", inv_cos, rho_sin, fwd_sin) - torch.einsum(
+        "im,cm,mj->cij", inv_sin, rho_sin, fwd_cos
+    )
+    return cos_part + sin_part
+
+
+def _apply_axis_matrices(
+    x: torch.Tensor, along_h: torch.Tensor, along_w: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``y[b, i, k, c] = Σ_jl along_h[c, i, j] x[b, j, l, c] along_w[c, k, l]``: two batched products over the
+    channels; ``x`` is ``(B, H, W, C)``, the matrices ``(C, H, H)`` and ``(C, W, W)``, one dtype. Returns ``y`` and
+    the two products' right-hand sides, which the backward of :class:`_AxisMatrices` reuses."""
+    B, H, W, C = x.shape
+    x_h = x.permute(3, 1, 0, 2).reshape(C, H, B * W)  # (C, H, B*W)
+    u_w = torch.bmm(along_h, x_h).view(C, H, B, W).permute(0, 3, 2, 1).reshape(C, W, B * H)  # (C, W, B*H)
+    y = torch.bmm(along_w, u_w).view(C, W, B, H).permute(2, 3, 1, 0)  # (B, H, W, C)
+    return y, x_h, u_w
+
+
+class _AxisMatrices(torch.autograd.Function):
+    """:func:`_apply_axis_matrices` with its backward written out: autograd would hand the batched products
+    gradients whose views merge the batch and grid axes, which the CPU products copy one channel at a time."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, along_h: torch.Tensor, along_w: torch.Tensor) -> torch.Tensor:
+        y, x_h, u_w = _apply_axis_matrices(x, along_h, along_w)
+        ctx.save_for_backward(x_h, u_w, along_h, along_w)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x_h, u_w, along_h, along_w = ctx.saved_tensors
+        C, H, W = along_h.shape[0], along_h.shape[1], along_w.shape[1]
+        B = x_h.shape[2] // W
+        grad_v = grad.permute(3, 2, 0, 1).contiguous().view(C, W, B * H)
+        grad_w = torch.bmm(grad_v, u_w.transpose(1, 2))  # (C, W, W)
+        grad_u = torch.bmm(along_w.transpose(1, 2), grad_v).view(C, W, B, H)
+        grad_u = grad_u.permute(0, 3, 2, 1).contiguous().view(C, H, B * W)
+        grad_h = torch.bmm(grad_u, x_h.transpose(1, 2))  # (C, H, H)
+        grad_x = torch.bmm(along_h.transpose(1, 2), grad_u).view(C, H, B, W).permute(2, 1, 3, 0)
+        return grad_x, grad_h, grad_w
+
+
+def _apply_modes(
+    x: torch.Tensor,
+    fwd_h: torch.Tensor,
+    inv_h: torch.Tensor,
+    cos_h: torch.Tensor,
+    sin_h: torch.Tensor,
+    fwd_w: torch.Tensor,
+    inv_w: torch.Tensor,
+    cos_w: torch.Tensor,
+    sin_w: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The operator on ``(B, H, W, C)`` through the kept modes, from the factors of
+    :meth:`ConvectionDiffusionReaction2d.axis_operator` (one dtype): transform along H (one GEMM over ``W*C``
+    columns), then along W, apply both factors of the symbol on the reduced ``(2Mh, 2Mw)`` spectrum, where they
+    cost least, then the inverse transforms. Returns ``y`` and the spectrum before each rotation, which the
+    backward of :class:`_Modes` reuses."""
+    B, H, W, C = x.shape
+    kh, kw = fwd_h.shape[0], fwd_w.shape[0]
+    z = torch.matmul(fwd_h, x.reshape(B, H, W * C))  # (B, 2Mh, W*C)
+    spectrum = torch.matmul(fwd_w, z.view(B * kh, W, C)).view(B, 2, kh // 2, 2, kw // 2, C)
+    rotated_h = _rotate(spectrum, 1, cos_h[:, :, None, None, :], sin_h[:, :, None, None, :])
+    z = _rotate(rotated_h, 3, cos_w, sin_w)
+    y = torch.matmul(inv_w, z.view(B * kh, kw, C))  # (B*2Mh, W, C)
+    return torch.matmul(inv_h, y.view(B, kh, W * C)).view(B, H, W, C), spectrum, rotated_h
+
+
+class _Modes(torch.autograd.Function):
+    """:func:`_apply_modes` with its backward written out. The operator is linear, so the input's gradient is the
+    adjoint: the transposed transforms around the transposed rotations; the symbol's gradients are sums over the
+    reduced ``(B, 2Mh, 2Mw, C)`` spectra, the only activations kept for backward."""
+
+    @staticmethod
+    def forward(ctx, x, fwd_h, inv_h, cos_h, sin_h, fwd_w, inv_w, cos_w, sin_w):
+        y, spectrum, rotated_h = _apply_modes(x, fwd_h, inv_h, cos_h, sin_h, fwd_w, inv_w, cos_w, sin_w)
+        ctx.save_for_backward(spectrum, rotated_h, fwd_h, inv_h, cos_h, sin_h, fwd_w, inv_w, cos_w, sin_w)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        spectrum, rotated_h, fwd_h, inv_h, cos_h, sin_h, fwd_w, inv_w, cos_w, sin_w = ctx.saved_tensors
+        B, H, W, C = grad.shape
+        kh, kw = fwd_h.shape[0], fwd_w.shape[0]
+        cos_h, sin_h = cos_h[:, :, None, None, :], sin_h[:, :, None, None, :]  # (2, Mh, 1, 1, C)
+        g = torch.matmul(inv_h.t(), grad.contiguous().view(B, H, W * C))  # (B, 2Mh, W*C)
+        g = torch.matmul(inv_w.t(), g.view(B * kh, W, C)).view(B, 2, kh // 2, 2, kw // 2, C)
+        # z -> z cos + flip(z) sin: the adjoint is g cos + flip(g) flip(sin); cos and sin get Σ g z and Σ g flip(z).
+        grad_cos_w, grad_sin_w = (g * rotated_h).sum((0, 1, 2)), (g * rotated_h.flip(3)).sum((0, 1, 2))
+        g = torch.addcmul(g * cos_w, g.flip(3), sin_w.flip(0))
+        grad_cos_h = (g * spectrum).sum((0, 3, 4))  # (2, Mh, C)
+        grad_sin_h = (g * spectrum.flip(1)).sum((0, 3, 4))
+        g = torch.addcmul(g * cos_h, g.flip(1), sin_h.flip(0))
+        g = torch.matmul(fwd_w.t(), g.reshape(B * kh, kw, C))  # (B*2Mh, W, C)
+        grad_x = torch.matmul(fwd_h.t(), g.view(B, kh, W * C)).view(B, H, W, C)
+        return grad_x, None, None, grad_cos_h, grad_sin_h, None, None, grad_cos_w, grad_sin_w
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the operator's products run in: autocast's where it is on (the autograd functions take every
+    factor in that one dtype), else the input's."""
+    device = x.device.type
+    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return x.dtype
+
+
+def apply_operator(operator: "ConvectionDiffusionReaction2d", x: torch.Tensor) -> torch.Tensor:
+    """``operator.apply_nhwc(x)``, as a function torch.fx records as one call (it is wrapped below)."""
+    return operator.apply_nhwc(x)
+
+
+torch.fx.wrap("apply_operator")
+
+
+@register_notrace_module  # the grid size drives the transforms: a leaf for timm's tracer
 class ConvectionDiffusionReaction2d(nn.Module):
     """Learnable convection–diffusion–reaction operator on a feature map, computed on the kept modes.
 
@@ -148,6 +300,7 @@ class ConvectionDiffusionReaction2d(nn.Module):
         # No cut-off (modes=0) keeps every mode of the grid, with no resolution floor τ₀.
         self.max_wavenumber = math.pi * modes if modes else math.inf
         self.resolution = math.log(1.0 / CUTOFF_DAMPING) / self.max_wavenumber**2  # τ₀ (0 with no cut-off)
+        self.dense_max_size = DENSE_MAX_SIZE
         # Permutations to and from (B, H, W, C); the identity for channels-last input.
         self.to_nhwc = [0, 1, 2, 3] if channels_last else [0, 2, 3, 1]
         self.from_nhwc = [0, 1, 2, 3] if channels_last else [0, 3, 1, 2]
@@ -194,29 +347,48 @@ class ConvectionDiffusionReaction2d(nn.Module):
         factors of :func:`_rotate`."""
         period = self.period_scale * size
         cell = 1.0 / math.sqrt(size * other)  # content units: the image has unit area
-        frequencies = _kept_frequencies(period, cell, max_wavenumber, device)
-        analysis, synthesis = _bases(frequencies, period, size)
+        if torch.jit.is_scripting():  # TorchScript compiles no cache: the bases are rebuilt per call
+            frequencies, analysis, synthesis = _axis_bases(period, size, cell, max_wavenumber, device)
+        elif torch.compiler.is_compiling():  # a trace must not cache its symbolic tensors
+            frequencies, analysis, synthesis = _axis_bases(period, size, cell, max_wavenumber, device)
+        else:
+            frequencies, analysis, synthesis = _cached_axis_bases(period, size, cell, max_wavenumber, device)
         cos, sin = self.axis_symbol(frequencies, period, cell, axis)
         return analysis, synthesis, torch.stack((cos, cos)), torch.stack((sin, -sin))
 
     def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
-        """The operator on ``(B, H, W, C)``: transform along H and apply the H factor of the symbol, transform
-        along W and apply its W factor, then the inverse transforms. Every transform is a GEMM."""
-        B, H, W, C = x.shape
-        fwd_h, inv_h, cos_h, sin_h = self.axis_operator(H, W, 0, self.max_wavenumber, x.device)
-        fwd_w, inv_w, cos_w, sin_w = self.axis_operator(W, H, 1, self.max_wavenumber, x.device)
-        kh, kw = fwd_h.shape[0], fwd_w.shape[0]
-        z = torch.matmul(fwd_h.to(x.dtype), x.reshape(B, H, W * C))  # (B, 2Mh, W*C)
-        z = z.reshape(B, 2, kh // 2, W, C)
-        z = _rotate(z, 1, cos_h[:, :, None, :].to(z.dtype), sin_h[:, :, None, :].to(z.dtype))
-        z = torch.matmul(fwd_w.to(z.dtype), z.reshape(B * kh, W, C))  # (B*2Mh, 2Mw, C)
-        z = _rotate(z.reshape(B * kh, 2, kw // 2, C), 1, cos_w.to(z.dtype), sin_w.to(z.dtype))
-        y = torch.matmul(inv_w.to(z.dtype), z.reshape(B * kh, kw, C))  # (B*2Mh, W, C)
-        y = torch.matmul(inv_h.to(y.dtype), y.reshape(B, kh, W * C))  # (B, H, W*C)
-        return y.reshape(B, H, W, C)
+        """The operator on ``(B, H, W, C)``. On a grid whose sides are all at most :data:`DENSE_MAX_SIZE`, the kept
+        modes would not reduce the map, so each axis applies as one dense ``(size, size)`` matrix per channel, built
+        from the same modes and symbol (:func:`_apply_axis_matrices`); on larger grids, the transforms
+        (:func:`_apply_modes`). Both compute the same operator."""
+        H, W = x.shape[1], x.shape[2]
+        h = self.axis_operator(H, W, 0, self.max_wavenumber, x.device)
+        w = self.axis_operator(W, H, 1, self.max_wavenumber, x.device)
+        dense = H <= self.dense_max_size and W <= self.dense_max_size
+        if torch.jit.is_scripting():  # TorchScript compiles no autograd function: it differentiates the forward
+            if dense:
+                return _apply_axis_matrices(
+                    x, _axis_matrix(h[0], h[1], h[2], h[3]), _axis_matrix(w[0], w[1], w[2], w[3])
+                )[0]
+            return _apply_modes(x, h[0], h[1], h[2], h[3], w[0], w[1], w[2], w[3])[0]
+        dtype = _compute_dtype(x)
+        x = x.to(dtype)
+        factors = (_axis_matrix(*h), _axis_matrix(*w)) if dense else (*h, *w)
+        factors = tuple(t.to(dtype) for t in factors)
+        if not torch.is_grad_enabled() or torch.compiler.is_compiling():
+            # Inference keeps nothing for backward, and torch.compile / torch.export differentiate the plain forward.
+            return (_apply_axis_matrices if dense else _apply_modes)(x, *factors)[0]
+        return (_AxisMatrices if dense else _Modes).apply(x, *factors)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.apply_nhwc(x.permute(self.to_nhwc)).permute(self.from_nhwc)
+        x = x.permute(self.to_nhwc)  # (B, H, W, C)
+        # torch.fx records apply_operator as one call: the grid size, which drives it, is not known when tracing.
+        # TorchScript passes no module to a function: it calls the method.
+        if torch.jit.is_scripting():
+            y = self.apply_nhwc(x)
+        else:
+            y = apply_operator(self, x)
+        return y.permute(self.from_nhwc)
 
     def extra_repr(self) -> str:
         return (

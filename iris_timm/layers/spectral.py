@@ -119,12 +119,20 @@ class FourierOperator2d(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.jit.is_scripting():  # TorchScript applies no autocast
             y = self._apply_fp32(x)
-        elif not torch.amp.is_autocast_available(x.device.type):  # e.g. meta: nothing to disable
-            y = self._apply_fp32(x)
         else:
-            with torch.autocast(device_type=x.device.type, enabled=False):
-                y = self._apply_fp32(x)
+            y = apply_float32(self, x)
         return y.to(x.dtype)
+
+
+def apply_float32(operator: FourierOperator2d, x: torch.Tensor) -> torch.Tensor:
+    """The operator in float32 with autocast off; torch.fx records it as one call (the grid size drives it)."""
+    if not torch.amp.is_autocast_available(x.device.type):  # e.g. meta: nothing to disable
+        return operator._apply_fp32(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return operator._apply_fp32(x)
+
+
+torch.fx.wrap("apply_float32")
 
 
 @register_notrace_module  # shapes select the kept modes: a leaf for torch.fx
