@@ -582,3 +582,21 @@ def test_overwritten_weight_data_is_refused(saved, model):
     (saved / "model.safetensors").write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"holds non-finite values \(NaN or infinity\) in \d+ tensor"):
         iris_timm.from_pretrained(saved)
+
+
+@pytest.mark.parametrize("change", ["float16", "nan"])
+def test_timms_own_local_dir_loader_refuses_cast_or_non_finite_weights(tmp_path, change):
+    folder = iris_timm.save_pretrained(tiny_model(), tmp_path / "saved")
+    weights = safetensors.torch.load_file(folder / "model.safetensors")
+    if change == "float16":
+        weights = {key: tensor.half() if tensor.is_floating_point() else tensor for key, tensor in weights.items()}
+        phrase = r"another dtype than the model's \(torch.float32\): .* is torch.float16\. Nothing is cast silently"
+    else:
+        weights["head.fc.weight"][0, 0] = float("nan")
+        phrase = r"NaN or infinity in head\.fc\.weight: refusing to load them"
+    safetensors.torch.save_file(weights, folder / "model.safetensors")
+    with pytest.raises(ValueError, match=phrase):
+        timm.create_model(f"local-dir:{folder}", pretrained=True)
+    if change == "float16":  # the explicit choice loads them as they are
+        model = timm.create_model(f"local-dir:{folder}", pretrained=True, dtype=torch.float16)
+        assert torch.equal(model.state_dict()["head.fc.weight"], weights["head.fc.weight"])

@@ -564,10 +564,33 @@ class IrisPDESSM(nn.Module):
 
 
 def checkpoint_filter_fn(state_dict: dict[str, torch.Tensor], model: IrisPDESSM) -> dict[str, torch.Tensor]:
-    """Accept a bare state dict or a training checkpoint that wraps it under 'model' or 'state_dict'."""
+    """Accept a bare state dict or a training checkpoint that wraps it under 'model' or 'state_dict'; refuse
+    weights in another floating dtype than the model's (loading would cast them silently) or holding NaN or
+    infinity."""
     for key in ("model", "state_dict"):
         if key in state_dict and isinstance(state_dict[key], dict):
-            return state_dict[key]
+            state_dict = state_dict[key]
+            break
+    own = model.state_dict()
+    other_dtype = [
+        f"{key} is {tensor.dtype}"
+        for key, tensor in state_dict.items()
+        if key in own and tensor.is_floating_point() and tensor.dtype != own[key].dtype
+    ]
+    if other_dtype:
+        raise ValueError(
+            f"The weights hold tensors in another dtype than the model's ({next(iter(own.values())).dtype}): "
+            f"{'; '.join(other_dtype[:3])}. Nothing is cast silently: create the model with dtype= the weights' "
+            "dtype (e.g. timm.create_model(..., dtype=torch.float16)), or convert the file."
+        )
+    non_finite = [
+        key for key, tensor in state_dict.items() if tensor.is_floating_point() and not tensor.isfinite().all()
+    ]
+    if non_finite:
+        raise ValueError(
+            f"The weights hold NaN or infinity in {', '.join(non_finite[:3])}"
+            f"{f' (and {len(non_finite) - 3} more)' if len(non_finite) > 3 else ''}: refusing to load them."
+        )
     return state_dict
 
 
