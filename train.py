@@ -224,12 +224,14 @@ def over_base(base: dict, recipe: dict) -> dict:
 def parse_config(argv: list[str] | None = None) -> Config:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="YAML recipe (see configs/)")
-    defaults = Config()
+    defaults, types_ = Config(), typing.get_type_hints(Config)
     for name in config_fields():
         flag = "--" + name.replace("_", "-")
         help_text = f"default: {getattr(defaults, name)!r}"
-        if name == "resume":
+        if name == "resume":  # a bare --resume continues from the latest checkpoint
             parser.add_argument(flag, nargs="?", const="auto", default=argparse.SUPPRESS, help=help_text)
+        elif types_[name] is bool:  # a bare --overwrite means --overwrite
+            parser.add_argument(flag, nargs="?", const="true", default=argparse.SUPPRESS, help=help_text)
         else:
             parser.add_argument(flag, default=argparse.SUPPRESS, help=help_text)
     args, unknown = parser.parse_known_args(argv)
@@ -610,7 +612,7 @@ def resume(cfg: Config, accelerator: Accelerator, ema: ModelEmaV3 | None, recipe
     if missing:
         raise SystemExit(
             f"Checkpoint {checkpoint} is incomplete: {', '.join(missing)} missing. Resume from another checkpoint "
-            f"(--resume {checkpoint.parent}/step_...), or start afresh with --overwrite true."
+            f"(--resume {checkpoint.parent}/step_...), or start afresh with --overwrite."
         )
     accelerator.load_state(str(checkpoint))
     if ema is not None:
@@ -1019,7 +1021,7 @@ def open_run_folder(cfg: Config, accelerator: Accelerator):
         elif existing and cfg.resume is None:
             raise SystemExit(
                 f"{folder} already holds a run ({', '.join(existing)}). Continue it with --resume, replace it with "
-                "--overwrite true, or choose another --output-dir."
+                "--overwrite, or choose another --output-dir."
             )
         elif cfg.resume is not None and (folder / "train_config.yaml").is_file():
             check_same_recipe(cfg, read_train_config(folder), folder)
@@ -1056,7 +1058,7 @@ def check_same_recipe(cfg: Config, saved: dict, folder: Path) -> None:
         differences = "; ".join(f"{k}: saved {saved[k]!r}, now {current[k]!r}" for k in changed)
         raise SystemExit(
             f"--resume continues the run in {folder}, but the recipe differs: {differences}. Resume with the saved "
-            f"recipe ({folder / 'train_config.yaml'}), or start a new run with --overwrite true or another "
+            f"recipe ({folder / 'train_config.yaml'}), or start a new run with --overwrite or another "
             "--output-dir."
         )
 

@@ -145,8 +145,9 @@ def results_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(runs: list[Run], runs_folder: Path, out: Path, at_s: float = 200.0) -> str:
-    """``results.md``: the table, then the commands that made every run and the one that rebuilds the report."""
+def report(runs: list[Run], runs_folder: Path, out: Path, at_s: float = 200.0, options: str = "") -> str:
+    """``results.md``: the table, then the commands that made every run and the one that rebuilds the report
+    (``options``: its flags other than ``--runs`` and ``--out``)."""
     commands = "\n".join(r.summary.command for r in sorted(runs, key=lambda r: (r.seed, r.configuration)))
     return (
         results_table(summarize(runs, at_s))
@@ -154,25 +155,28 @@ def report(runs: list[Run], runs_folder: Path, out: Path, at_s: float = 200.0) -
         f"after {at_s:.0f} s of training (the same time for every run), and after the last step of the budget each "
         f"run fitted. Train s: seconds of training (evaluation excluded) on {_threads(runs)}.\n\n"
         f"The runs, then the report:\n\n```bash\n{commands}\n"
-        f"python -m iris_timm.study --runs {runs_folder} --out {out}\n```\n"
+        f"python -m iris_timm.study --runs {runs_folder} --out {out}{options}\n```\n"
     )
 
 
 # ----------------------------------------------------------------------------- one set of weights at other sizes
 
 RESOLUTION_FILE = "resolution_top1.json"  # written into each run folder: {size: top-1}
+EVAL_SIZES = [24, 32, 48, 64]  # --eval-sizes: CIFAR-10's 32² and sizes on both sides
+AT_S = 200.0  # --at-s: the seconds of training at which the table also compares top-1
 
 
-def validation_images(dataset: str, split: str = "val") -> tuple[torch.Tensor, torch.Tensor]:
-    """The validation images of a Parquet dataset folder (``<split>.parquet``) as ``(N, 3, H, W)`` floats in [0, 1],
-    and their labels."""
+def validation_images(dataset: str, split: str = "val", mode: str = "RGB") -> tuple[torch.Tensor, torch.Tensor]:
+    """The validation images of a Parquet dataset folder (``<split>.parquet``) in PIL ``mode`` (``"RGB"``, or
+    ``"L"`` for a one-channel model, as train.py reads them) as ``(N, C, H, W)`` floats in [0, 1], and their labels."""
     from datasets import load_dataset  # the train extra; only this part of the study needs it
 
     path = Path(dataset) / f"{split}.parquet"
     if not path.is_file():
         raise SystemExit(f"{path} not found: --eval-sizes reads the validation split of the runs' Parquet dataset.")
     data = load_dataset("parquet", data_files={split: str(path)})[split]
-    pixels = torch.stack([torch.from_numpy(np.array(image.convert("RGB"))) for image in data["image"]])  # NHWC
+    pixels = torch.stack([torch.from_numpy(np.array(image.convert(mode))) for image in data["image"]])
+    pixels = pixels[..., None] if pixels.ndim == 3 else pixels  # (N, H, W, C)
     return pixels.permute(0, 3, 1, 2).float() / 255, torch.tensor(data["label"])
 
 
@@ -207,16 +211,19 @@ def top1_at_sizes(
 
 def resolution_results(runs: list[Run], sizes: list[int]) -> dict[Path, dict[int, float | None]]:
     """Each run's exported model evaluated at ``sizes``, read from the run folder when measured before."""
-    results, images = {}, None
+    results, images = {}, {}  # images by PIL mode
     for run in runs:
         path = run.folder / RESOLUTION_FILE
         saved = {int(k): v for k, v in json.loads(path.read_text()).items()} if path.is_file() else {}
         missing = [size for size in sizes if size not in saved]
         if missing:
-            if images is None:
-                images = validation_images(run.config["dataset"], run.config.get("val_split") or "val")
             model = timm.create_model(f"local-dir:{run.folder}", pretrained=True)
-            saved |= top1_at_sizes(model, *images, missing)
+            channels = model.get_submodule(model.pretrained_cfg["first_conv"]).in_channels
+            mode = "L" if channels == 1 else "RGB"  # as train.py reads images for this model
+            if mode not in images:
+                split = run.config.get("val_split") or "val"
+                images[mode] = validation_images(run.config["dataset"], split, mode)
+            saved |= top1_at_sizes(model, *images[mode], missing)
             write_text(path, json.dumps(saved, indent=1))
             print(f"{run.folder}: top-1 at {missing}: {[saved[size] for size in missing]}")
         results[run.folder] = {size: saved[size] for size in sizes}
@@ -401,15 +408,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=Path, default=Path("output/cifar10_cpu"), help="folder of run folders")
     parser.add_argument("--out", type=Path, default=Path("model_cards/cifar10"), help="where to write")
     parser.add_argument("--pde-run", type=Path, help="a run folder with iris weights (default: iris's first seed)")
-    parser.add_argument("--at-s", type=float, default=200.0, help="also compare top-1 after this many seconds")
+    parser.add_argument("--at-s", type=float, default=AT_S, help="also compare top-1 after this many seconds")
     parser.add_argument(
-        "--eval-sizes", type=int, nargs="*", default=[24, 32, 48, 64], help="evaluate every run at these sizes"
+        "--eval-sizes", type=int, nargs="*", default=EVAL_SIZES, help="evaluate every run at these sizes"
     )
     args = parser.parse_args(argv)
 
     runs = load_runs(args.runs)
     args.out.mkdir(parents=True, exist_ok=True)
-    text = report(runs, args.runs, args.out, args.at_s)
+    options = "" if args.eval_sizes == EVAL_SIZES else " ".join(["", "--eval-sizes", *map(str, args.eval_sizes)])
+    options += f" --at-s {args.at_s:g}" if args.at_s != AT_S else ""
+    text = report(runs, args.runs, args.out, args.at_s, options)
     if args.eval_sizes:
         train_size = runs[0].config["img_size"]
         sizes = sorted({*args.eval_sizes, train_size})

@@ -3,6 +3,7 @@
 import math
 from pathlib import Path
 
+import numpy
 import pytest
 import torch
 from conftest import run_summary, tiny_model
@@ -15,6 +16,7 @@ from iris_timm.study import (
     load_runs,
     main,
     pde_operators,
+    resolution_results,
     resolution_table,
     results_table,
     summarize,
@@ -108,10 +110,11 @@ def test_report_writes_the_table_and_pictures(tmp_path):
         write_run(folder, "iris_pdessm_test", 40.0 + seed, [(100.0, 30.0), (200.0, 40.0 + seed)], threads=1)
         iris_timm.save_pretrained(tiny_model(num_classes=10), folder)
     out = tmp_path / "report"
-    main(["--runs", str(runs), "--out", str(out), "--eval-sizes"])
+    main(["--runs", str(runs), "--out", str(out), "--eval-sizes", "--at-s", "150"])
     text = (out / "results.md").read_text()
     assert text.startswith("| configuration | model |") and "| iris | iris_pdessm_test |" in text
-    assert f"python train.py\npython train.py\npython -m iris_timm.study --runs {runs} --out {out}\n```" in text
+    rebuild = f"python -m iris_timm.study --runs {runs} --out {out} --eval-sizes --at-s 150"
+    assert f"python train.py\npython train.py\n{rebuild}\n```" in text
     assert "on 1 CPU thread per run" in text
     for name in ("accuracy_vs_time.png", "pde_coefficients.png", "pde_kernels.png"):
         assert (out / name).read_bytes().startswith(b"\x89PNG"), name
@@ -151,3 +154,33 @@ def test_resolution_table_reports_each_size_and_the_change_from_the_training_siz
         table.splitlines()[2]
         == "| iris | 2 | 41.00 ± 1.41 | 51.00 ± 1.41 | 47.00 ± 2.83 | -10.00 ± 0.00 | -4.00 ± 1.41 |"
     )
+
+
+def test_a_greyscale_run_is_evaluated_on_greyscale_images(tmp_path):
+    """A one-channel model reads the validation images as train.py does (PIL ``"L"``), not as RGB."""
+    from datasets import Dataset, Features, Image, Value
+    from PIL import Image as PILImage
+
+    generator = torch.Generator().manual_seed(0)
+    colours = (torch.rand(6, 16, 16, 3, generator=generator) * 255).to(torch.uint8).numpy()
+    pictures = [PILImage.fromarray(c) for c in colours]
+    data = tmp_path / "data"
+    data.mkdir()
+    features = Features({"image": Image(), "label": Value("int64")})
+    Dataset.from_dict({"image": pictures, "label": [0, 1, 2, 0, 1, 2]}, features=features).to_parquet(
+        str(data / "val.parquet")
+    )
+    folder = tmp_path / "runs" / "iris" / "seed0"
+    write_run(folder, "iris_pdessm_test", 50.0, [(100.0, 50.0)])
+    write_train_config(folder, {"model": "iris_pdessm_test", "dataset": str(data), "img_size": 16})
+    model = tiny_model(in_chans=1, num_classes=3)
+    model.pretrained_cfg = dict(model.pretrained_cfg, input_size=(1, 16, 16), mean=(0.5,), std=(0.25,))
+    iris_timm.save_pretrained(model, folder)
+
+    grey = torch.stack([torch.from_numpy(numpy.array(p.convert("L"))) for p in pictures])
+    with torch.no_grad():
+        predictions = model((grey[:, None].float() / 255 - 0.5) / 0.25).argmax(-1)
+    expected = 100.0 * (predictions == torch.tensor([0, 1, 2, 0, 1, 2])).float().mean().item()
+    results = resolution_results(load_runs(tmp_path / "runs"), [16, 8])
+    assert results[folder][16] == pytest.approx(expected)
+    assert results[folder][8] is not None  # the model runs at 8x8, on the resized greyscale images

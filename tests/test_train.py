@@ -584,3 +584,10 @@ def test_flip_probabilities_outside_zero_to_one_are_refused(tmp_path, name):
     cfg = train.parse_config([*SMOKE, "--output-dir", str(tmp_path / "out"), f"--{name}", "1.5"])
     with pytest.raises(SystemExit, match=rf"{name} is a probability: it must be in \[0, 1\], got 1\.5"):
         train.main(cfg)
+
+
+def test_a_bare_boolean_flag_means_true():
+    config = train.parse_config(["--channels-last", "--overwrite", "false", "--compile"])
+    assert (config.channels_last, config.overwrite, config.compile) == (True, False, True)
+    assert train.parse_config(["--overwrite"]).overwrite is True
+    assert train.parse_config([]).overwrite is False
