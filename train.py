@@ -432,8 +432,9 @@ def classes(cfg: Config, train_data) -> tuple[list[str] | None, int]:
 
 def check_class_folders(root: Path) -> None:
     """An image folder's class folders each hold a file: datasets' imagefolder drops an empty one silently, and the
-    class with it."""
-    empty = sorted(str(d) for d in root.glob("*/*") if d.is_dir() and not any(p.is_file() for p in d.rglob("*")))
+    class with it. Class folders sit under the root (``root/<class>/``) or under a split (``root/train/<class>/``)."""
+    folders = [*root.glob("*"), *root.glob("*/*")]
+    empty = sorted(str(d) for d in folders if d.is_dir() and not any(p.is_file() for p in d.rglob("*")))
     if empty:
         raise SystemExit(
             f"Class folder(s) without images: {', '.join(empty)}. Add images, or remove the folder(s) so the class "
@@ -606,7 +607,9 @@ def resume(cfg: Config, accelerator: Accelerator, ema: ModelEmaV3 | None, recipe
     checkpoint = Path(cfg.resume) if cfg.resume not in (None, "auto") else None
     if cfg.resume == "auto" and checkpoint_dirs(Path(cfg.output_dir)):
         checkpoint = checkpoint_dirs(Path(cfg.output_dir))[-1]
-    if checkpoint is None:
+    if checkpoint is None:  # nothing to resume from: the run starts again, and so do its records
+        if cfg.resume is not None and accelerator.is_main_process:
+            truncate_metrics(Path(cfg.output_dir), -1)
         return TrainerState(total_steps=recipe_steps, recipe_steps=recipe_steps)
     missing = [name for name in (WEIGHTS_FILE, TRAINER_STATE) if not (checkpoint / name).is_file()]
     if missing:

@@ -584,13 +584,16 @@ def test_overwritten_weight_data_is_refused(saved, model):
         iris_timm.from_pretrained(saved)
 
 
-@pytest.mark.parametrize("change", ["float16", "nan"])
+@pytest.mark.parametrize("change", ["float16", "int8", "nan"])
 def test_timms_own_local_dir_loader_refuses_cast_or_non_finite_weights(tmp_path, change):
     folder = iris_timm.save_pretrained(tiny_model(), tmp_path / "saved")
     weights = safetensors.torch.load_file(folder / "model.safetensors")
     if change == "float16":
         weights = {key: tensor.half() if tensor.is_floating_point() else tensor for key, tensor in weights.items()}
         phrase = r"another dtype than the model's \(torch.float32\): .* is torch.float16\. Nothing is cast silently"
+    elif change == "int8":
+        weights["head.fc.weight"] = weights["head.fc.weight"].to(torch.int8)
+        phrase = r"another dtype than the model's \(torch.float32\): head\.fc\.weight is torch.int8\. Nothing is cast"
     else:
         weights["head.fc.weight"][0, 0] = float("nan")
         phrase = r"NaN or infinity in head\.fc\.weight: refusing to load them"

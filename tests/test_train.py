@@ -143,7 +143,11 @@ def test_config_errors_name_the_key(tmp_path, argv, yaml_text, message):
         (["--lr", "nan"], r"lr must be a finite number > 0, got nan"),
         (["--img-size", "0"], r"img_size must be >= 1 pixels"),
         (["--img-size", "-8"], r"img_size must be >= 1 pixels, or none for the model's own size; got -8"),
-        (["--mixed-precision", "fp16"], r"mixed_precision fp16 needs a CUDA GPU, and none is available; on a CPU"),
+        pytest.param(
+            ["--mixed-precision", "fp16"],
+            r"mixed_precision fp16 needs a CUDA GPU, and none is available; on a CPU",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="fp16 runs on this machine's GPU"),
+        ),
         (["--resume", "/nonexistent"], r"resume: /nonexistent is not a checkpoint folder"),
         (["--time-budget-s", "0"], r"time_budget_s must be >= 1 or none, got 0\.0"),
     ],
@@ -272,11 +276,29 @@ def test_resume_auto_ignores_a_half_written_checkpoint(base_run, tmp_path):
     half.mkdir()
     (half / "model.safetensors").write_bytes(b"truncated")
     assert train.checkpoint_dirs(out)[-1].name == "step_00000004"
+    # What the killed run logged after its last complete checkpoint: the resumed run logs step 6 again.
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 6, "epoch": 0, "train/loss": 123.0}) + "\n")
     result = run(*SMOKE, "--max-steps", "6", "--checkpoint-every", "2", "--output-dir", str(out), "--resume", "auto")
     assert f"Resumed from {out / 'checkpoints' / 'step_00000004'} at step 4" in result.stdout
     assert json.loads((out / "summary.json").read_text())["steps"] == 6
-    records = [(r["step"], "val/top1" in r) for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
-    assert len(records) == len(set(records)), "a step recorded twice after the resume"
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert 123.0 not in [r.get("train/loss") for r in records], "the killed run's record after step 4 was kept"
+    steps = [(r["step"], "val/top1" in r) for r in records]
+    assert len(steps) == len(set(steps)), "a step recorded twice after the resume"
+    assert (6, False) in steps
+
+
+def test_a_resume_without_a_checkpoint_starts_the_records_again(tmp_path):
+    out = tmp_path / "run"
+    run(*SMOKE, "--max-steps", "2", "--output-dir", str(out))
+    shutil.rmtree(out / "checkpoints")  # as if killed before its first checkpoint
+    before = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert before, "the first run logged nothing"
+    result = run(*SMOKE, "--max-steps", "2", "--output-dir", str(out), "--resume")
+    assert "Resumed from" not in result.stdout
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == before, "the restarted run's records were added to the killed run's"
 
 
 def test_non_finite_losses_stop_the_run_and_keep_the_last_good_checkpoint(tmp_path):
@@ -389,7 +411,9 @@ def test_the_default_models_arguments_do_not_leak_into_another_model():
     assert model.eval()(torch.zeros(1, 3, 32, 32)).shape == (1, 3)
 
 
-def parquet_dataset(folder: Path, labels: list[int], image_column: str = "image", metadata: bool = True) -> Path:
+def parquet_dataset(
+    folder: Path, labels: list[int], image_column: str = "image", label_column: str = "label", metadata: bool = True
+) -> Path:
     """A Parquet split of tiny PNGs, with or without datasets' feature metadata."""
     import io
 
@@ -403,7 +427,7 @@ def parquet_dataset(folder: Path, labels: list[int], image_column: str = "image"
         buffer = io.BytesIO()
         Image.new("RGB", (8, 8), (i * 7 % 256, 0, 0)).save(buffer, format="PNG")
         pngs.append({"bytes": buffer.getvalue(), "path": None})
-    table = pa.table({image_column: pngs, "label": labels})
+    table = pa.table({image_column: pngs, label_column: labels})
     if metadata:
         from datasets import Dataset
 
@@ -423,6 +447,12 @@ def parquet_dataset(folder: Path, labels: list[int], image_column: str = "image"
             {"image_column": "img"},
             [],
             r"The dataset has no column 'image'; its columns are \['img', 'label'\]",
+        ),
+        (
+            [0, 1] * 5,
+            {"label_column": "class"},
+            [],
+            r"The dataset has no column 'label'; its columns are \['image', 'class'\]\. Set label_column",
         ),
         ([0], {}, [], r"The dataset has 1 image\(s\) and no validation split: too few"),
     ],
@@ -539,6 +569,25 @@ def test_an_empty_class_folder_is_refused_not_dropped(tmp_path):
     cfg = train.parse_config([*SMOKE, "--dataset", str(root), "--output-dir", str(tmp_path / "out")])
     with pytest.raises(SystemExit, match=r"Class folder\(s\) without images: .*class_9\. Add images"):
         train.main(cfg)
+
+
+def test_an_empty_class_folder_of_a_flat_image_folder_is_refused(tmp_path):
+    root = make_image_folder(tmp_path / "images", classes=2, per_class=2) / "train"  # root/<class>/*.png
+    (root / "class_9").mkdir()
+    cfg = train.parse_config([*SMOKE, "--dataset", str(root), "--output-dir", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match=rf"Class folder\(s\) without images: {re.escape(str(root / 'class_9'))}\."):
+        train.main(cfg)
+
+
+def test_a_bare_weights_file_builds_the_recipes_model_and_its_folder_the_saved_one(base_run):
+    """A bare .safetensors carries no architecture (README, Fine-tuning): it loads into the model the recipe names,
+    here with stem stride 4, though it was trained with stem stride 2; ``local-dir:`` restores stride 2."""
+    stride_4 = [*SMOKE, "--model-kwargs", '{"stem_stride": 4}']
+    bare = train.parse_config([*stride_4, "--pretrained", str(base_run / "model.safetensors")])
+    folder = train.parse_config([*stride_4, "--pretrained", f"local-dir:{base_run}"])
+    from_file, from_folder = train.create_model(bare, 10), train.create_model(folder, 10)
+    assert from_file.stem.conv2.stride == (2, 2) and from_folder.stem.conv2.stride == (1, 1)  # stem stride 4, 2
+    assert torch.equal(from_file.state_dict()["head.fc.weight"], from_folder.state_dict()["head.fc.weight"])
 
 
 def test_a_checkpoint_without_its_weights_names_the_missing_file(base_run, tmp_path):

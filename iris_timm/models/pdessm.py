@@ -565,8 +565,8 @@ class IrisPDESSM(nn.Module):
 
 def checkpoint_filter_fn(state_dict: dict[str, torch.Tensor], model: IrisPDESSM) -> dict[str, torch.Tensor]:
     """Accept a bare state dict or a training checkpoint that wraps it under 'model' or 'state_dict'; refuse
-    weights in another floating dtype than the model's (loading would cast them silently) or holding NaN or
-    infinity."""
+    weights in another dtype than the model's, floating or integer (loading would cast them silently), or holding
+    NaN or infinity."""
     for key in ("model", "state_dict"):
         if key in state_dict and isinstance(state_dict[key], dict):
             state_dict = state_dict[key]
@@ -575,7 +575,7 @@ def checkpoint_filter_fn(state_dict: dict[str, torch.Tensor], model: IrisPDESSM)
     other_dtype = [
         f"{key} is {tensor.dtype}"
         for key, tensor in state_dict.items()
-        if key in own and tensor.is_floating_point() and tensor.dtype != own[key].dtype
+        if key in own and tensor.dtype != own[key].dtype
     ]
     if other_dtype:
         raise ValueError(
