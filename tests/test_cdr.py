@@ -84,15 +84,18 @@ def test_exact_methods_match_the_dense_numpy_convolution(grid, boundary, method)
     np.testing.assert_allclose(op(x).detach().numpy(), reference(x.double().numpy(), op), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("grid", [(8, 8), (7, 9), (6, 11), (1, 1), (2, 3), (24, 17)])
+@pytest.mark.parametrize("grid", [(8, 8), (7, 9), (6, 11), (1, 1), (2, 3), (16, 13), (24, 17)])
 @pytest.mark.parametrize("boundary", ["open", "periodic"])
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_modes_keep_exactly_the_wavenumbers_under_the_cutoff(grid, boundary, channels_last):
-    """The matrix-product path is the dense convolution with the symbol cut past |k| = π·modes."""
+@pytest.mark.parametrize("inference", [False, True])
+def test_modes_keep_exactly_the_wavenumbers_under_the_cutoff(grid, boundary, channels_last, inference):
+    """The matrix-product path is the dense convolution with the symbol cut past |k| = π·modes; in inference, where
+    grids up to DENSE_MAX_SIZE run as depthwise convolutions, too."""
     op = create_cdr(3, "modes", channels_last=channels_last, boundary=boundary, modes=2)
     randomize(op, seed=1)
     x = torch.randn(2, 3, *grid)
-    y = op(x.permute(0, 2, 3, 1) if channels_last else x)
+    with torch.inference_mode(inference):
+        y = op(x.permute(0, 2, 3, 1) if channels_last else x)
     y = y.permute(0, 3, 1, 2) if channels_last else y
     expected = reference(x.double().numpy(), op, modes=op.modes)
     np.testing.assert_allclose(y.detach().numpy(), expected, rtol=1e-4, atol=1e-5)

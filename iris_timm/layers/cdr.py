@@ -48,6 +48,7 @@ import functools
 import math
 
 import torch
+import torch.nn.functional as F
 from timm.layers import register_notrace_module
 from torch import nn
 
@@ -122,21 +123,29 @@ def _rotate(z: torch.Tensor, dim: int, cos: torch.Tensor, sin: torch.Tensor) -> 
     return torch.addcmul(z * cos, z.flip(dim), sin)
 
 
+def _rotation(
+    analysis: torch.Tensor, synthesis: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One axis's factors for :func:`_apply_modes`: the bases, and the symbol's ``(M, C)`` parts stacked as
+    :func:`_rotate` takes them, ``(ρcos, ρcos)`` and ``(ρsin, −ρsin)``, each ``(2, M, C)``."""
+    return analysis, synthesis, torch.stack((cos, cos)), torch.stack((sin, -sin))
+
+
 def _axis_matrix(analysis: torch.Tensor, synthesis: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """One axis of the operator as a dense matrix per channel, ``(C, size, size)``: synthesis · symbol · analysis,
-    from the factors :meth:`ConvectionDiffusionReaction2d.axis_operator` returns."""
-    half = analysis.shape[0] // 2
-    fwd_cos, fwd_sin = analysis[:half], analysis[half:]  # (M, size) each
-    inv_cos, inv_sin = synthesis[:, :half], synthesis[:, half:]  # (size, M) each
-    # (a, b) = (fwd_cos x, fwd_sin x) -> (a ρcos + b ρsin, b ρcos − a ρsin), then synthesis; see _rotate.
-    rho_cos, rho_sin = cos[0].t(), sin[0].t()  # (C, M)
-    cos_part = torch.einsum("im,cm,mj->cij", inv_cos, rho_cos, fwd_cos) + torch.einsum(
-        "im,cm,mj->cij", inv_sin, rho_cos, fwd_sin
-    )
-    sin_part = torch.einsum("im,cm,mj->cij", inv_cos, rho_sin, fwd_sin) - torch.einsum(
-        "im,cm,mj->cij", inv_sin, rho_sin, fwd_cos
-    )
-    return cos_part + sin_part
+    from the factors :meth:`ConvectionDiffusionReaction2d.axis_operator` returns.
+
+    Per mode ``m`` the rotation of :func:`_rotate` maps ``(a, b) = (fwd_cos x, fwd_sin x)`` to
+    ``(a ρcos + b ρsin, b ρcos − a ρsin)``, so the matrix is ``Σ_m ρcos[c, m] P_m + ρsin[c, m] Q_m`` with the fixed
+    ``P_m = inv_cos_m ⊗ fwd_cos_m + inv_sin_m ⊗ fwd_sin_m`` and ``Q_m = inv_cos_m ⊗ fwd_sin_m − inv_sin_m ⊗ fwd_cos_m``:
+    one ``(C, 2M) @ (2M, size²)`` product."""
+    half, size = analysis.shape[0] // 2, analysis.shape[1]
+    fwd_cos, fwd_sin = analysis[:half, None, :], analysis[half:, None, :]  # (M, 1, size) each
+    inv_cos, inv_sin = synthesis[:, :half].t()[:, :, None], synthesis[:, half:].t()[:, :, None]  # (M, size, 1) each
+    p = inv_cos * fwd_cos + inv_sin * fwd_sin  # (M, size, size)
+    q = inv_cos * fwd_sin - inv_sin * fwd_cos
+    symbol = torch.cat((cos, sin)).t()  # (C, 2M): ρcos, then ρsin
+    return (symbol @ torch.cat((p, q)).view(2 * half, size * size)).view(symbol.shape[0], size, size)
 
 
 def _apply_axis_matrices(
@@ -150,6 +159,23 @@ def _apply_axis_matrices(
     u_w = torch.bmm(along_h, x_h).view(C, H, B, W).permute(0, 3, 2, 1).reshape(C, W, B * H)  # (C, W, B*H)
     y = torch.bmm(along_w, u_w).view(C, W, B, H).permute(2, 3, 1, 0)  # (B, H, W, C)
     return y, x_h, u_w
+
+
+def _toeplitz_taps(matrix: torch.Tensor) -> torch.Tensor:
+    """The taps of per-channel Toeplitz matrices ``(C, n, n)``, ``A[c, i, j] = k_c(i − j)``, as a depthwise
+    cross-correlation over ``2n − 1`` cells (``w[t] = k(n − 1 − t)``): column 0 bottom-up, then row 0 from ``j = 1``."""
+    return torch.cat((matrix[:, :, 0].flip(1), matrix[:, 0, 1:]), 1)  # (C, 2n - 1)
+
+
+def _apply_axis_convolutions(x: torch.Tensor, along_h: torch.Tensor, along_w: torch.Tensor) -> torch.Tensor:
+    """:func:`_apply_axis_matrices` for inference, as two depthwise convolutions with zero padding. The operator is a
+    convolution, so each axis matrix is Toeplitz (on the open domain, and on the periodic one, whose circulant
+    matrices are Toeplitz too); a depthwise convolution reads the channels-last map where it lies, where the batched
+    products need two transposed copies. Its backward is slower than theirs, so training keeps the products."""
+    H, W, C = x.shape[1], x.shape[2], x.shape[3]
+    y = F.conv2d(x.permute(0, 3, 1, 2), _toeplitz_taps(along_h)[:, None, :, None], padding=(H - 1, 0), groups=C)
+    y = F.conv2d(y, _toeplitz_taps(along_w)[:, None, None, :], padding=(0, W - 1), groups=C)
+    return y.permute(0, 2, 3, 1)  # (B, H, W, C)
 
 
 class _AxisMatrices(torch.autograd.Function):
@@ -188,7 +214,7 @@ def _apply_modes(
     sin_w: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The operator on ``(B, H, W, C)`` through the kept modes, from the factors of
-    :meth:`ConvectionDiffusionReaction2d.axis_operator` (one dtype): transform along H (one GEMM over ``W*C``
+    :func:`_rotation` (one dtype): transform along H (one GEMM over ``W*C``
     columns), then along W, apply both factors of the symbol on the reduced ``(2Mh, 2Mw)`` spectrum, where they
     cost least, then the inverse transforms. Returns ``y`` and the spectrum before each rotation, which the
     backward of :class:`_Modes` reuses."""
@@ -319,32 +345,52 @@ class ConvectionDiffusionReaction2d(nn.Module):
             self.reaction.zero_()
             self.log_time.zero_()
 
+    def coefficients(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per head, in float32, what both axes' symbols share: the diffusion rate ``τ₀ + t D``, the log-gain
+        ``t r`` and the drift ``t v`` (``(heads, 2)``)."""
+        time = self.log_time.float().exp()  # (heads,)
+        rate = self.resolution + time * self.log_diffusion.float().exp()
+        return rate, time * self.reaction.float(), time[:, None] * self.velocity.float()
+
     def axis_symbol(
-        self, frequencies: torch.Tensor, period: int, cell: float, axis: int
+        self,
+        frequencies: torch.Tensor,
+        period: int,
+        cell: float,
+        axis: int,
+        coefficients: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The symbol's factor along one axis (0: H, which carries the reaction gain; 1: W) at the integer
-        ``frequencies`` (signed) of a ``period``-sample transform: ``ρ cos ψ`` and ``ρ sin ψ``, each ``(M, C)``.
+        ``frequencies`` (signed) of a ``period``-sample transform, from :meth:`coefficients`: ``ρ cos ψ`` and
+        ``ρ sin ψ``, each ``(M, C)``.
 
         At the Nyquist frequency the convection phase is dropped: an odd symbol there is not representable by a
         real operator (the real FFT ignores it too).
         """
+        rate, log_gain, drift = coefficients
         k = (2 * math.pi / (period * cell)) * frequencies.float()[:, None]  # (M, 1)
-        k_conv = k * (2 * frequencies.abs()[:, None] != period)
-        time = self.log_time.float().exp()  # (heads,)
-        rate = self.resolution + time * self.log_diffusion.float().exp()
-        log_gain = time * self.reaction.float() * (1 - axis)
-        magnitude = (log_gain - rate * k**2).exp()  # (M, heads)
-        phase = -time * self.velocity[:, axis].float() * k_conv
-        per_head = self.channels // self.num_heads
+        minus_k_conv = -k * (2 * frequencies.abs()[:, None] != period)
+        log_magnitude = rate * -(k**2)  # (M, heads)
+        magnitude = (log_magnitude + log_gain if axis == 0 else log_magnitude).exp()
+        phase = drift[:, axis] * minus_k_conv
         cos, sin = magnitude * phase.cos(), magnitude * phase.sin()
+        if self.num_heads == self.channels:
+            return cos, sin
+        per_head = self.channels // self.num_heads
         return cos.repeat_interleave(per_head, dim=-1), sin.repeat_interleave(per_head, dim=-1)
 
     def axis_operator(
-        self, size: int, other: int, axis: int, max_wavenumber: float, device: torch.device
+        self,
+        size: int,
+        other: int,
+        axis: int,
+        max_wavenumber: float,
+        device: torch.device,
+        coefficients: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """One axis of ``size`` cells (the other has ``other``), on the frequencies up to ``max_wavenumber``: the
-        analysis ``(2M, size)`` and synthesis ``(size, 2M)`` bases and the symbol as the two ``(2, M, C)``
-        factors of :func:`_rotate`."""
+        analysis ``(2M, size)`` and synthesis ``(size, 2M)`` bases and the symbol's ``ρ cos ψ`` and ``ρ sin ψ``,
+        each ``(M, C)``."""
         period = self.period_scale * size
         cell = 1.0 / math.sqrt(size * other)  # content units: the image has unit area
         if torch.jit.is_scripting():  # TorchScript compiles no cache: the bases are rebuilt per call
@@ -353,30 +399,34 @@ class ConvectionDiffusionReaction2d(nn.Module):
             frequencies, analysis, synthesis = _axis_bases(period, size, cell, max_wavenumber, device)
         else:
             frequencies, analysis, synthesis = _cached_axis_bases(period, size, cell, max_wavenumber, device)
-        cos, sin = self.axis_symbol(frequencies, period, cell, axis)
-        return analysis, synthesis, torch.stack((cos, cos)), torch.stack((sin, -sin))
+        cos, sin = self.axis_symbol(frequencies, period, cell, axis, coefficients)
+        return analysis, synthesis, cos, sin
 
     def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
         """The operator on ``(B, H, W, C)``. On a grid whose sides are all at most :data:`DENSE_MAX_SIZE`, the kept
         modes would not reduce the map, so each axis applies as one dense ``(size, size)`` matrix per channel, built
-        from the same modes and symbol (:func:`_apply_axis_matrices`); on larger grids, the transforms
-        (:func:`_apply_modes`). Both compute the same operator."""
+        from the same modes and symbol (:func:`_apply_axis_matrices`; in inference, as the depthwise convolution
+        those matrices are, :func:`_apply_axis_convolutions`); on larger grids, the transforms (:func:`_apply_modes`).
+        All compute the same operator."""
         H, W = x.shape[1], x.shape[2]
-        h = self.axis_operator(H, W, 0, self.max_wavenumber, x.device)
-        w = self.axis_operator(W, H, 1, self.max_wavenumber, x.device)
+        coefficients = self.coefficients()
+        h = self.axis_operator(H, W, 0, self.max_wavenumber, x.device, coefficients)
+        w = self.axis_operator(W, H, 1, self.max_wavenumber, x.device, coefficients)
         dense = H <= self.dense_max_size and W <= self.dense_max_size
         if torch.jit.is_scripting():  # TorchScript compiles no autograd function: it differentiates the forward
             if dense:
                 return _apply_axis_matrices(
                     x, _axis_matrix(h[0], h[1], h[2], h[3]), _axis_matrix(w[0], w[1], w[2], w[3])
                 )[0]
+            h, w = _rotation(h[0], h[1], h[2], h[3]), _rotation(w[0], w[1], w[2], w[3])
             return _apply_modes(x, h[0], h[1], h[2], h[3], w[0], w[1], w[2], w[3])[0]
         dtype = _compute_dtype(x)
         x = x.to(dtype)
-        factors = (_axis_matrix(*h), _axis_matrix(*w)) if dense else (*h, *w)
+        factors = (_axis_matrix(*h), _axis_matrix(*w)) if dense else (*_rotation(*h), *_rotation(*w))
         factors = tuple(t.to(dtype) for t in factors)
-        if not torch.is_grad_enabled() or torch.compiler.is_compiling():
-            # Inference keeps nothing for backward, and torch.compile / torch.export differentiate the plain forward.
+        if not torch.is_grad_enabled():  # inference keeps nothing for backward
+            return _apply_axis_convolutions(x, *factors) if dense else _apply_modes(x, *factors)[0]
+        if torch.compiler.is_compiling():  # torch.compile and torch.export differentiate the plain forward
             return (_apply_axis_matrices if dense else _apply_modes)(x, *factors)[0]
         return (_AxisMatrices if dense else _Modes).apply(x, *factors)
 
@@ -400,17 +450,14 @@ class ConvectionDiffusionReaction2d(nn.Module):
 class SeparableConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
     """The same operator, exact: one dense 1-D operator per channel along H, then one along W."""
 
-    def axis_matrix(self, size: int, other: int, axis: int, device: torch.device) -> torch.Tensor:
-        """The exact 1-D operator along one axis, every mode kept: ``(C, size, size)``."""
-        fwd, inv, cos, sin = self.axis_operator(size, other, axis, math.inf, device)
-        rows = cos.transpose(1, 2)[..., None] * fwd.unflatten(0, (2, -1))[:, None]  # (2, C, M, size)
-        rows = rows + sin.transpose(1, 2)[..., None] * fwd.unflatten(0, (2, -1)).flip(0)[:, None]
-        return inv @ rows.transpose(0, 1).flatten(1, 2)  # (C, size, size)
-
     def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
         H, W = x.shape[1], x.shape[2]
-        along_h = self.axis_matrix(H, W, 0, x.device).to(x.dtype)  # (C, H, H)
-        along_w = self.axis_matrix(W, H, 1, x.device).to(x.dtype)  # (C, W, W)
+        coefficients = self.coefficients()
+        # The exact 1-D operator along each axis, every mode kept.
+        h = self.axis_operator(H, W, 0, math.inf, x.device, coefficients)
+        w = self.axis_operator(W, H, 1, math.inf, x.device, coefficients)
+        along_h = _axis_matrix(h[0], h[1], h[2], h[3]).to(x.dtype)  # (C, H, H)
+        along_w = _axis_matrix(w[0], w[1], w[2], w[3]).to(x.dtype)  # (C, W, W)
         y = torch.einsum("cij,bjwc->biwc", along_h, x)
         return torch.einsum("cij,bhjc->bhic", along_w, y)  # (B, H, W, C)
 
@@ -424,8 +471,10 @@ class FFTConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
         cell = 1.0 / math.sqrt(H * W)
         index = torch.arange(period_h, device=x.device)
         signed = torch.where(2 * index <= period_h, index, index - period_h)  # FFT order
-        cos_h, sin_h = self.axis_symbol(signed, period_h, cell, 0)  # (Ph, C)
-        cos_w, sin_w = self.axis_symbol(torch.arange(period_w // 2 + 1, device=x.device), period_w, cell, 1)
+        coefficients = self.coefficients()
+        cos_h, sin_h = self.axis_symbol(signed, period_h, cell, 0, coefficients)  # (Ph, C)
+        half_w = torch.arange(period_w // 2 + 1, device=x.device)
+        cos_w, sin_w = self.axis_symbol(half_w, period_w, cell, 1, coefficients)
         symbol = torch.complex(cos_h, sin_h)[:, None, :] * torch.complex(cos_w, sin_w)[None, :, :]  # (Ph, Pw/2+1, C)
         # A float32 island: autocast runs FFTs in float32, and the product with the symbol is complex64.
         spectrum = torch.fft.rfft2(x.float(), s=(period_h, period_w), dim=(1, 2))
