@@ -98,7 +98,6 @@ def measure(
         stage["channels"],
         method,
         num_heads=stage["num_heads"],
-        channels_last=True,
         boundary=stage["boundary"],
         modes=stage["modes"],
         device=device,

@@ -281,12 +281,10 @@ def effective_kernels(operator: ConvectionDiffusionReaction2d, size: int) -> tor
     """The spatial kernel of each head on a ``size x size`` grid, with its origin at ``(size // 2, size // 2)``:
     the operator's response to a unit impulse there. The operator convolves each channel with its head's kernel,
     so the response is the kernel, whichever way the operator computes it. Returns ``(heads, size, size)``."""
-    impulse = torch.zeros(1, operator.channels, size, size)
-    impulse[..., size // 2, size // 2] = 1.0
+    impulse = torch.zeros(1, size, size, operator.channels)
+    impulse[:, size // 2, size // 2] = 1.0
     one_per_head = slice(None, None, operator.channels // operator.num_heads)
-    if operator.channels_last:
-        return operator(impulse.permute(0, 2, 3, 1))[0, ..., one_per_head].permute(2, 0, 1)
-    return operator(impulse)[0, one_per_head]
+    return operator(impulse)[0, ..., one_per_head].permute(2, 0, 1)
 
 
 def _threads(runs: list[Run]) -> str:

@@ -9,6 +9,12 @@ import torch
 
 from iris_timm.layers import CUTOFF_DAMPING, ConvectionDiffusionReaction2d, create_cdr
 
+
+def nchw(op: ConvectionDiffusionReaction2d, x: torch.Tensor) -> torch.Tensor:
+    """The operator (channels-last) on a ``(B, C, H, W)`` map, for the numpy references."""
+    return op(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
 # Even, odd, non-square and 1-pixel grids.
 GRIDS = [(8, 8), (7, 9), (6, 11), (1, 1), (1, 6), (5, 1), (2, 3)]
 METHODS = ["modes", "separable", "fft"]
@@ -32,7 +38,7 @@ def coefficients(op: ConvectionDiffusionReaction2d) -> dict[str, np.ndarray]:
 
     t = np.exp(channels(op.log_time))
     return {
-        "rate": op.resolution + t * np.exp(channels(op.log_diffusion)),
+        "rate": op.cutoff_diffusion + t * np.exp(channels(op.log_diffusion)),
         "drift": t[:, None] * channels(op.velocity),
         "log_gain": t * channels(op.reaction),
     }
@@ -81,22 +87,20 @@ def test_exact_methods_match_the_dense_numpy_convolution(grid, boundary, method)
     op = create_cdr(4, method, num_heads=2, boundary=boundary, modes=0)
     randomize(op)
     x = torch.randn(2, 4, *grid)
-    np.testing.assert_allclose(op(x).detach().numpy(), reference(x.double().numpy(), op), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(nchw(op, x).detach().numpy(), reference(x.double().numpy(), op), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("grid", [(8, 8), (7, 9), (6, 11), (1, 1), (2, 3), (16, 13), (24, 17)])
 @pytest.mark.parametrize("boundary", ["open", "periodic"])
-@pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("inference", [False, True])
-def test_modes_keep_exactly_the_wavenumbers_under_the_cutoff(grid, boundary, channels_last, inference):
+def test_modes_keep_exactly_the_wavenumbers_under_the_cutoff(grid, boundary, inference):
     """The matrix-product path is the dense convolution with the symbol cut past |k| = π·modes; in inference, where
     grids up to DENSE_MAX_SIZE run as depthwise convolutions, too."""
-    op = create_cdr(3, "modes", channels_last=channels_last, boundary=boundary, modes=2)
+    op = create_cdr(3, "modes", boundary=boundary, modes=2)
     randomize(op, seed=1)
     x = torch.randn(2, 3, *grid)
     with torch.inference_mode(inference):
-        y = op(x.permute(0, 2, 3, 1) if channels_last else x)
-    y = y.permute(0, 3, 1, 2) if channels_last else y
+        y = nchw(op, x)
     expected = reference(x.double().numpy(), op, modes=op.modes)
     np.testing.assert_allclose(y.detach().numpy(), expected, rtol=1e-4, atol=1e-5)
 
@@ -105,9 +109,9 @@ def test_modes_keep_exactly_the_wavenumbers_under_the_cutoff(grid, boundary, cha
 @pytest.mark.parametrize("grid", [(7, 7), (14, 14), (28, 28), (56, 56), (13, 20)])
 def test_cut_modes_are_damped_below_the_cutoff_damping(modes, grid):
     """The default path against the exact one: the truncation error stays within CUTOFF_DAMPING."""
-    fast = create_cdr(16, "modes", channels_last=True, modes=modes)
+    fast = create_cdr(16, "modes", modes=modes)
     randomize(fast, seed=2, log_diffusion=(math.log(1e-5), math.log(3e-2)))
-    exact = create_cdr(16, "fft", channels_last=True, modes=modes)
+    exact = create_cdr(16, "fft", modes=modes)
     exact.load_state_dict(fast.state_dict())
     x = torch.randn(2, *grid, 16)
     y_exact = exact(x)
@@ -134,7 +138,7 @@ def test_open_boundary_solves_the_pde_on_the_plane():
         dense_h = gaussian(pos_h[:, None] - pos_h[None, :], c["drift"][ch, 0])
         dense_w = gaussian(pos_w[:, None] - pos_w[None, :], c["drift"][ch, 1])
         expected[0, ch] = np.exp(c["log_gain"][ch]) * dense_h @ x[0, ch].numpy() @ dense_w.T
-    np.testing.assert_allclose(op(x).detach().numpy(), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(nchw(op, x).detach().numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
 def bright_pixel_convected_right(boundary: str) -> torch.Tensor:
@@ -142,13 +146,13 @@ def bright_pixel_convected_right(boundary: str) -> torch.Tensor:
     H = W = 32
     op = create_cdr(1, "modes", boundary=boundary, modes=12)
     with torch.no_grad():
-        op.log_diffusion.fill_(-30.0)  # only the resolution's blur
+        op.log_diffusion.fill_(-30.0)  # only the cut-off diffusion's blur
         op.velocity.copy_(torch.tensor([[0.0, 0.3]]))  # content units: the image is 1 x 1
         op.reaction.zero_()
         op.log_time.zero_()
     x = torch.zeros(1, 1, H, W)
     x[0, 0, H // 2, W - 2] = 1.0
-    return op(x)[0, 0]
+    return nchw(op, x)[0, 0]
 
 
 def test_open_boundary_does_not_wrap_around():
@@ -159,11 +163,11 @@ def test_open_boundary_does_not_wrap_around():
 
 
 def blurred_left_column(boundary: str) -> torch.Tensor:
-    """A bright left column under the resolution's blur alone (width 0.2 of the image), no convection."""
+    """A bright left column under the cut-off diffusion's blur alone (width 0.2 of the image), no convection."""
     op = create_cdr(1, "modes", boundary=boundary, modes=6, diffusion_range=(1e-9, 1e-9), max_initial_shift=0.0)
     x = torch.zeros(1, 1, 24, 24)
     x[..., :, 0] = 1.0
-    return op(x)[0, 0]
+    return nchw(op, x)[0, 0]
 
 
 def test_open_boundary_does_not_blur_across_opposite_borders():
@@ -192,15 +196,15 @@ def test_same_content_at_two_resolutions_gives_the_same_output(coarse, fine, bou
         ]
         return torch.stack(channels)[None].float()  # (1, 3, H, W)
 
-    y_coarse, y_fine = op(sample(coarse)), op(sample(fine))
+    y_coarse, y_fine = nchw(op, sample(coarse)), nchw(op, sample(fine))
     torch.testing.assert_close(y_fine[..., 1::3, 1::3], y_coarse, rtol=0, atol=2e-3)
 
 
 def test_parameters_do_not_depend_on_resolution():
-    op = ConvectionDiffusionReaction2d(8, num_heads=4)
+    op = create_cdr(8, num_heads=4)
     assert sum(p.numel() for p in op.parameters()) == 4 * 5  # D, v (2), r, t per head
     for grid in [(1, 1), (7, 7), (64, 48)]:
-        assert op(torch.randn(1, 8, *grid)).shape == (1, 8, *grid)
+        assert op(torch.randn(1, *grid, 8)).shape == (1, *grid, 8)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -209,7 +213,7 @@ def test_methods_share_one_state_dict(method):
     randomize(source, seed=5, log_diffusion=(-6.0, -3.0))
     other = create_cdr(6, method, num_heads=3)
     other.load_state_dict(source.state_dict())
-    x = torch.randn(2, 6, 14, 10)
+    x = torch.randn(2, 14, 10, 6)
     torch.testing.assert_close(other(x), source(x), rtol=0, atol=CUTOFF_DAMPING * source(x).abs().max().item())
 
 
@@ -218,7 +222,7 @@ def test_methods_share_one_state_dict(method):
 def test_modes_run_in_the_autocast_dtype(dtype, size):
     """Under autocast the transforms are GEMMs in the low-precision dtype; forward and backward stay finite
     and close to float32 (bf16 keeps 8 bits of mantissa, fp16 11)."""
-    op = create_cdr(16, "modes", channels_last=True)
+    op = create_cdr(16, "modes")
     randomize(op, seed=6, log_diffusion=(-8.0, -3.0))
     x = torch.randn(2, size, size, 16, requires_grad=True)
     expected = op(x)
@@ -233,7 +237,7 @@ def test_modes_run_in_the_autocast_dtype(dtype, size):
 
 
 def test_fft_method_keeps_a_float32_island_under_autocast():
-    op = create_cdr(8, "fft", channels_last=True)
+    op = create_cdr(8, "fft")
     randomize(op)
     x = torch.randn(2, 14, 7, 8).to(torch.bfloat16)
     expected = op(x.float()).to(torch.bfloat16)
@@ -258,7 +262,7 @@ def test_bad_arguments_say_what_to_choose(kwargs, phrase):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_torchscript_matches_eager(method):
-    op = create_cdr(4, method, channels_last=True)
+    op = create_cdr(4, method)
     randomize(op)
     x = torch.randn(2, 9, 6, 4)
     torch.testing.assert_close(torch.jit.script(op)(x), op(x), rtol=1e-5, atol=1e-6)
@@ -270,9 +274,9 @@ def test_hand_written_gradients_match_autograd(grid, boundary):
     """Small grids apply dense matrices per axis, larger ones the transforms, each with a hand-written backward.
     TorchScript runs the same forward under autograd: the output and the gradients of the input and of the
     coefficients agree, and forced through the transforms, a small grid gives the same again."""
-    op = create_cdr(4, "modes", num_heads=2, channels_last=True, boundary=boundary, modes=2)
+    op = create_cdr(4, "modes", num_heads=2, boundary=boundary, modes=2)
     randomize(op, seed=8)
-    through_transforms = create_cdr(4, "modes", num_heads=2, channels_last=True, boundary=boundary, modes=2)
+    through_transforms = create_cdr(4, "modes", num_heads=2, boundary=boundary, modes=2)
     through_transforms.load_state_dict(op.state_dict())
     through_transforms.dense_max_size = 0
     x = torch.randn(3, *grid, 4)
@@ -294,7 +298,7 @@ def test_bases_cached_in_inference_mode_serve_training():
     from iris_timm.layers.cdr import _cached_axis_bases
 
     _cached_axis_bases.cache_clear()
-    op = create_cdr(4, "modes", channels_last=True)
+    op = create_cdr(4, "modes")
     x = torch.randn(1, 23, 19, 4)  # the transforms' grid: their bases come from the cache
     with torch.inference_mode():
         expected = op(x)

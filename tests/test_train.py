@@ -289,13 +289,13 @@ def test_resume_auto_ignores_a_half_written_checkpoint(base_run, tmp_path):
     assert (6, False) in steps
 
 
-def test_a_resume_without_a_checkpoint_starts_the_records_again(tmp_path):
+def test_a_resume_without_a_checkpoint_starts_the_records_again(base_run, tmp_path):
     out = tmp_path / "run"
-    run(*SMOKE, "--max-steps", "2", "--output-dir", str(out))
+    shutil.copytree(base_run, out)
     shutil.rmtree(out / "checkpoints")  # as if killed before its first checkpoint
     before = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert before, "the first run logged nothing"
-    result = run(*SMOKE, "--max-steps", "2", "--output-dir", str(out), "--resume")
+    result = run(*SMOKE, "--max-steps", "4", "--checkpoint-every", "2", "--output-dir", str(out), "--resume")
     assert "Resumed from" not in result.stdout
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == before, "the restarted run's records were added to the killed run's"

@@ -7,6 +7,7 @@ from .cdr import (
     CUTOFF_DAMPING,
     ConvectionDiffusionReaction2d,
     FFTConvectionDiffusionReaction2d,
+    ModesConvectionDiffusionReaction2d,
     SeparableConvectionDiffusionReaction2d,
     create_cdr,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "HeatMixer",
     "LocalPlusGlobal",
     "LocalThenGlobal",
+    "ModesConvectionDiffusionReaction2d",
     "OperatorSum",
     "PDESSMBlock",
     "PDESSMMixer",

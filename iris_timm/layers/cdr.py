@@ -6,8 +6,9 @@ shifted by ``t v`` and scaled by ``exp(t r)``; in Fourier space it is the symbol
 
     S(k) = exp(−(τ₀ + t D) |k|² − i t v·k + t r),
 
-where ``τ₀`` is the operator's *resolution* (below). Coefficients live in content units: the image is a domain
-of unit area with square cells, so one set of weights acts on the same content the same way at every size.
+where ``τ₀`` is the operator's *cut-off diffusion* (``cutoff_diffusion``, below). Coefficients live in content
+units: the image is a domain of unit area with square cells, so one set of weights acts on the same content the
+same way at every size.
 
 Boundary
     ``boundary="open"`` (the default) treats the image as lying on an unbounded plane with zeros outside, exactly
@@ -20,7 +21,7 @@ Boundary
     past it the kernel's tail wraps once around the doubled period. ``boundary="periodic"`` keeps the wrap-around
     torus (GFNet's and the FFT's natural domain).
 
-Resolution and modes
+Cut-off and modes
     ``modes`` sets a cut-off in content units: the operator keeps the wavenumbers ``|k| ≤ π·modes`` per axis
     (rounded up to the next frequency of the grid), which on a square image's open (doubled) period are the
     integer frequencies ``0 .. modes``; on a non-square image each axis keeps as many as its content length
@@ -33,7 +34,7 @@ Resolution and modes
 
 Implementations (one class each, chosen once by :func:`create_cdr`; all compute the same operator and share
 one state dict)
-    ``"modes"``: the kept modes as matrix products on channels-last data: a real cosine/sine transform along H,
+    ``"modes"``: the kept modes as matrix products: a real cosine/sine transform along H,
     then along W, the symbol as a 2×2 rotation per mode and channel, and the inverse transforms. Ordinary GEMMs:
     they run in the autocast dtype with float32 accumulation, on tensor cores, on any grid, and export to ONNX.
     Cost per pixel and channel about ``4·(modes + 1)`` multiply-adds on large grids (the two transforms along H;
@@ -59,6 +60,7 @@ __all__ = [
     "DENSE_MAX_SIZE",
     "ConvectionDiffusionReaction2d",
     "FFTConvectionDiffusionReaction2d",
+    "ModesConvectionDiffusionReaction2d",
     "SeparableConvectionDiffusionReaction2d",
     "create_cdr",
 ]
@@ -275,20 +277,18 @@ def apply_operator(operator: "ConvectionDiffusionReaction2d", x: torch.Tensor) -
 torch.fx.wrap("apply_operator")
 
 
-@register_notrace_module  # the grid size drives the transforms: a leaf for timm's tracer
 class ConvectionDiffusionReaction2d(nn.Module):
-    """Learnable convection–diffusion–reaction operator on a feature map, computed on the kept modes.
-
-    See the module docstring for the operator, its boundary, its cut-off and the other implementations
-    (:class:`SeparableConvectionDiffusionReaction2d`, :class:`FFTConvectionDiffusionReaction2d`), which subclass
-    this one and replace only :meth:`apply_nhwc`.
+    """Learnable convection–diffusion–reaction operator on a channels-last feature map ``(B, H, W, C)``: its
+    coefficients and its symbol. The implementations, :class:`ModesConvectionDiffusionReaction2d` (the default),
+    :class:`SeparableConvectionDiffusionReaction2d` and :class:`FFTConvectionDiffusionReaction2d`, subclass it and
+    define :meth:`apply_nhwc`; :func:`create_cdr` builds one by name. See the module docstring for the operator,
+    its boundary and its cut-off.
 
     Args:
         channels: number of channels; the operator does not mix them.
         num_heads: groups of channels sharing one set of coefficients; ``None`` = one set per channel.
-        channels_last: input layout ``(B, H, W, C)`` if True, else ``(B, C, H, W)``.
         boundary: ``"open"`` (zero outside the image) or ``"periodic"``.
-        modes: content-frequency cut-off, ``|k| <= π·modes``; also sets the resolution ``τ₀``. ``0`` keeps
+        modes: content-frequency cut-off, ``|k| <= π·modes``; also sets the cut-off diffusion ``τ₀``. ``0`` keeps
             every mode of the grid with no ``τ₀`` (the unlimited operator; its cost grows with the grid).
         diffusion_range: initial ``D`` is log-uniform over heads in this range (content units), on top of ``τ₀``.
         max_initial_shift: initial velocities are uniform in ``[-s, s]²`` (content units).
@@ -298,7 +298,6 @@ class ConvectionDiffusionReaction2d(nn.Module):
         self,
         channels: int,
         num_heads: int | None = None,
-        channels_last: bool = False,
         boundary: str = "open",
         modes: int = 6,
         diffusion_range: tuple[float, float] = (1e-5, 3e-2),
@@ -317,19 +316,14 @@ class ConvectionDiffusionReaction2d(nn.Module):
         dd = {"device": device, "dtype": dtype}
         self.channels = channels
         self.num_heads = num_heads
-        self.channels_last = channels_last
         self.boundary = boundary
         self.period_scale = 2 if boundary == "open" else 1  # the open domain is an implicit zero padding
         self.modes = modes
         self.diffusion_range = diffusion_range
         self.max_initial_shift = max_initial_shift
-        # No cut-off (modes=0) keeps every mode of the grid, with no resolution floor τ₀.
+        # No cut-off (modes=0) keeps every mode of the grid, with no cut-off diffusion τ₀.
         self.max_wavenumber = math.pi * modes if modes else math.inf
-        self.resolution = math.log(1.0 / CUTOFF_DAMPING) / self.max_wavenumber**2  # τ₀ (0 with no cut-off)
-        self.dense_max_size = DENSE_MAX_SIZE
-        # Permutations to and from (B, H, W, C); the identity for channels-last input.
-        self.to_nhwc = [0, 1, 2, 3] if channels_last else [0, 2, 3, 1]
-        self.from_nhwc = [0, 1, 2, 3] if channels_last else [0, 3, 1, 2]
+        self.cutoff_diffusion = math.log(1.0 / CUTOFF_DAMPING) / self.max_wavenumber**2  # τ₀ (0 with no cut-off)
 
         self.log_diffusion = nn.Parameter(torch.empty(num_heads, **dd))
         self.velocity = nn.Parameter(torch.empty(num_heads, 2, **dd))
@@ -349,8 +343,13 @@ class ConvectionDiffusionReaction2d(nn.Module):
         """Per head, in float32, what both axes' symbols share: the diffusion rate ``τ₀ + t D``, the log-gain
         ``t r`` and the drift ``t v`` (``(heads, 2)``)."""
         time = self.log_time.float().exp()  # (heads,)
-        rate = self.resolution + time * self.log_diffusion.float().exp()
+        rate = self.cutoff_diffusion + time * self.log_diffusion.float().exp()
         return rate, time * self.reaction.float(), time[:, None] * self.velocity.float()
+
+    def axis_geometry(self, size: int, other: int) -> tuple[int, float]:
+        """The transform period of an axis of ``size`` cells (twice the side on the open domain, an implicit zero
+        padding) and the cell's side in content units (the image, ``size × other`` cells, has unit area)."""
+        return self.period_scale * size, 1.0 / math.sqrt(size * other)
 
     def axis_symbol(
         self,
@@ -391,8 +390,7 @@ class ConvectionDiffusionReaction2d(nn.Module):
         """One axis of ``size`` cells (the other has ``other``), on the frequencies up to ``max_wavenumber``: the
         analysis ``(2M, size)`` and synthesis ``(size, 2M)`` bases and the symbol's ``ρ cos ψ`` and ``ρ sin ψ``,
         each ``(M, C)``."""
-        period = self.period_scale * size
-        cell = 1.0 / math.sqrt(size * other)  # content units: the image has unit area
+        period, cell = self.axis_geometry(size, other)
         if torch.jit.is_scripting():  # TorchScript compiles no cache: the bases are rebuilt per call
             frequencies, analysis, synthesis = _axis_bases(period, size, cell, max_wavenumber, device)
         elif torch.compiler.is_compiling():  # a trace must not cache its symbolic tensors
@@ -401,6 +399,30 @@ class ConvectionDiffusionReaction2d(nn.Module):
             frequencies, analysis, synthesis = _cached_axis_bases(period, size, cell, max_wavenumber, device)
         cos, sin = self.axis_symbol(frequencies, period, cell, axis, coefficients)
         return analysis, synthesis, cos, sin
+
+    def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
+        """The operator on ``(B, H, W, C)``: each implementation's own."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, H, W, C)
+        # torch.fx records apply_operator as one call: the grid size, which drives it, is not known when tracing.
+        # TorchScript passes no module to a function: it calls the method.
+        if torch.jit.is_scripting():
+            return self.apply_nhwc(x)
+        return apply_operator(self, x)
+
+    def extra_repr(self) -> str:
+        return f"{self.channels}, num_heads={self.num_heads}, boundary={self.boundary!r}, modes={self.modes}"
+
+
+@register_notrace_module  # the grid size drives the transforms: a leaf for timm's tracer
+class ModesConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
+    """The operator on the kept modes (``"modes"``, the default): transforms on large grids, dense axis matrices
+    on grids of at most :data:`DENSE_MAX_SIZE` cells a side; both with a hand-written backward."""
+
+    def __init__(self, channels: int, **kwargs):
+        super().__init__(channels, **kwargs)
+        self.dense_max_size = DENSE_MAX_SIZE
 
     def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
         """The operator on ``(B, H, W, C)``. On a grid whose sides are all at most :data:`DENSE_MAX_SIZE`, the kept
@@ -430,23 +452,8 @@ class ConvectionDiffusionReaction2d(nn.Module):
             return (_apply_axis_matrices if dense else _apply_modes)(x, *factors)[0]
         return (_AxisMatrices if dense else _Modes).apply(x, *factors)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.permute(self.to_nhwc)  # (B, H, W, C)
-        # torch.fx records apply_operator as one call: the grid size, which drives it, is not known when tracing.
-        # TorchScript passes no module to a function: it calls the method.
-        if torch.jit.is_scripting():
-            y = self.apply_nhwc(x)
-        else:
-            y = apply_operator(self, x)
-        return y.permute(self.from_nhwc)
 
-    def extra_repr(self) -> str:
-        return (
-            f"{self.channels}, num_heads={self.num_heads}, channels_last={self.channels_last}, "
-            f"boundary={self.boundary!r}, modes={self.modes}"
-        )
-
-
+@register_notrace_module
 class SeparableConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
     """The same operator, exact: one dense 1-D operator per channel along H, then one along W."""
 
@@ -462,13 +469,13 @@ class SeparableConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
         return torch.einsum("cij,bhjc->bhic", along_w, y)  # (B, H, W, C)
 
 
+@register_notrace_module
 class FFTConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
     """The same operator, exact: ``rfft2`` over the (padded) period in float32. The reference."""
 
     def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
         H, W = x.shape[1], x.shape[2]
-        period_h, period_w = self.period_scale * H, self.period_scale * W
-        cell = 1.0 / math.sqrt(H * W)
+        (period_h, cell), (period_w, _) = self.axis_geometry(H, W), self.axis_geometry(W, H)
         index = torch.arange(period_h, device=x.device)
         signed = torch.where(2 * index <= period_h, index, index - period_h)  # FFT order
         coefficients = self.coefficients()
@@ -483,7 +490,7 @@ class FFTConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
 
 
 CDR_METHODS = {
-    "modes": ConvectionDiffusionReaction2d,
+    "modes": ModesConvectionDiffusionReaction2d,
     "separable": SeparableConvectionDiffusionReaction2d,
     "fft": FFTConvectionDiffusionReaction2d,
 }

@@ -66,7 +66,6 @@ def create_fourier_operator(
             channels,
             pde_method,
             num_heads=pde_heads,
-            channels_last=channels_last,
             boundary=pde_boundary,
             modes=pde_modes,
             **dd,
