@@ -33,7 +33,6 @@ from timm.models import save_for_hf
 from torch import nn
 
 from .models import IrisPDESSM
-from .models.pdessm import legacy_0_1_model_args
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -48,7 +47,6 @@ __all__ = [
     "push_to_hub",
     "save_pretrained",
     "save_timm_folder",
-    "version_args",
 ]
 
 # The file names timm's local-dir: and hf-hub: loaders read.
@@ -57,6 +55,8 @@ CONFIG_NAME = "config.json"
 CARD_NAME = "README.md"
 # The config.json key naming the iris_timm version that saved the folder (absent before 0.2).
 VERSION_KEY = "iris_timm_version"
+# The oldest iris_timm whose folders this version reads: 0.2 changed the architecture's defaults.
+OLDEST_READABLE_VERSION = (0, 2)
 # The keys of timm's hub config that loading needs.
 REQUIRED_CONFIG_KEYS = ("architecture", "num_classes", "pretrained_cfg")
 # Staging folders of saves in progress: ".save_pretrained-<pid>-<random>".
@@ -94,7 +94,7 @@ def _check_saveable(model: nn.Module, label_names: Sequence[str] | None) -> None
 
 
 def _finish_config(config_path: Path) -> None:
-    """Record the iris_timm version that wrote the folder (:func:`version_args` reads it), and remove
+    """Record the iris_timm version that wrote the folder (:func:`_check_version` reads it), and remove
     ``num_classes`` from ``model_args``: the top-level ``num_classes`` already restores it for timm, and
     transformers' TimmWrapper passes ``num_classes`` next to ``**model_args``, which fails when both hold it."""
     config = json.loads(config_path.read_text(encoding="utf-8"))
@@ -103,16 +103,23 @@ def _finish_config(config_path: Path) -> None:
     config_path.write_text(json.dumps(config, indent=2), encoding="utf-8")
 
 
-def version_args(config: dict[str, Any]) -> dict[str, Any]:
-    """The model arguments a folder needs beyond its ``model_args`` to rebuild the model it was saved from.
-
-    Folders without :data:`VERSION_KEY` were written by iris_timm 0.1, whose defaults (MetaFormer blocks, a periodic
-    unlimited PDE operator, other t/s/b sizes) changed in 0.2; their ``model_args`` hold only what their creator
-    passed, so the 0.1 defaults fill in the rest. Arguments the folder does record are kept."""
-    if VERSION_KEY in config or not config["architecture"].startswith("iris_"):
-        return {}
-    legacy = legacy_0_1_model_args(config["architecture"])
-    return {key: value for key, value in legacy.items() if key not in config.get("model_args", {})}
+def _check_version(path: Path, config: dict[str, Any]) -> None:
+    """An iris model's folder was written by a version whose architecture this one builds: 0.2 or later. Folders
+    written by 0.1 record no version; their ``model_args`` hold only what differed from 0.1's defaults, which 0.2
+    changed, so today's defaults would build another model."""
+    if not config["architecture"].startswith("iris_"):
+        return
+    written_by = str(config.get(VERSION_KEY, "0.1"))
+    try:
+        major_minor = tuple(int(part) for part in written_by.split(".")[:2])
+    except ValueError:
+        raise ValueError(f"{path}: {VERSION_KEY} is {written_by!r}, not a version number.") from None
+    if major_minor < OLDEST_READABLE_VERSION:
+        raise ValueError(
+            f"{path} was written by iris_timm {written_by}; this is iris_timm {__version__}, which reads folders "
+            f"written by {'.'.join(map(str, OLDEST_READABLE_VERSION))} or later (0.2 changed the architecture's "
+            f"defaults). Load it with iris_timm {written_by} and save it again with this version, or retrain."
+        )
 
 
 def _commit(staging: Path, directory: Path) -> None:
@@ -379,6 +386,7 @@ def _read_config(path: Path) -> dict[str, Any]:
             f"architectures are {timm.list_models('iris_*')}; a model from another package needs that package "
             "imported first."
         )
+    _check_version(path, config)
     return config
 
 
@@ -423,7 +431,7 @@ def _model_tensors(
     no init)."""
     try:
         with torch.device("meta"):
-            model = timm.create_model(model_name, cache_dir=cache_dir, **version_args(config), **dtype_args)
+            model = timm.create_model(model_name, cache_dir=cache_dir, **dtype_args)
     except (TypeError, ValueError) as e:
         raise ValueError(
             f"{config_path}: timm cannot build {config['architecture']!r} with model_args "
@@ -494,8 +502,8 @@ def from_pretrained(
     that turn bad input into an error naming the file or key at fault, raised before any weights are read:
     ``config.json`` must be timm's hub config with an architecture timm knows, ``model.safetensors`` a complete
     safetensors file (pickled weights are refused, never loaded), and its tensors those of the model ``config.json``
-    describes. Offline (``HF_HUB_OFFLINE=1``) a Hub repo loads from the local cache. A folder saved by iris_timm 0.1
-    loads the architecture it was saved from (see :func:`version_args`).
+    describes. Offline (``HF_HUB_OFFLINE=1``) a Hub repo loads from the local cache. A folder written by iris_timm
+    0.1, whose architecture today's defaults do not build, is refused with its version named.
 
     Args:
         name_or_path: ``"local-dir:PATH"``, ``"hf-hub:ORG/NAME[@REVISION]"``, a folder, or a Hub repo id
@@ -524,4 +532,4 @@ def from_pretrained(
     config = _read_config(config_path)
     dtype_args = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
     _check_weights(weights_path, config_path, config, model_name, cache_dir, dtype_args)
-    return timm.create_model(model_name, pretrained=True, cache_dir=cache_dir, **{**version_args(config), **kwargs})
+    return timm.create_model(model_name, pretrained=True, cache_dir=cache_dir, **kwargs)

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,6 @@ import iris_timm
 from iris_timm.flops import count_params
 from iris_timm.hub import VERSION_KEY
 from iris_timm.model_card import PUBLISHED_VARIANTS, main, model_card
-from iris_timm.models.pdessm import legacy_0_1_model_args
 
 REPO_ID = "iris-test/tiny"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -221,23 +221,22 @@ def test_model_args_round_trip(tmp_path, x):
         assert_same_logits(loaded, model, x)
 
 
-def test_a_folder_saved_by_version_0_1_loads_its_own_architecture(tmp_path, x):
-    """0.1 wrote no version and recorded only the arguments its creator passed: 0.1's defaults rebuild the model."""
-    legacy = create(**legacy_0_1_model_args("iris_pdessm_test"))
-    folder = iris_timm.save_pretrained(legacy, tmp_path / "v0.1")
+@pytest.mark.parametrize(("version", "written_by"), [(None, "0.1"), ("0.1.3", "0.1.3")])
+def test_a_folder_written_by_an_older_version_is_refused_naming_both_versions(saved, tmp_path, version, written_by):
+    """0.1 recorded no version and only the arguments that differed from its defaults, which 0.2 changed."""
+    folder = tmp_path / "old"
+    shutil.copytree(saved, folder)
     config = json.loads((folder / "config.json").read_text())
     del config[VERSION_KEY]
-    config["model_args"] = {"in_chans": 3, "global_pool": "avg"}  # what 0.1 recorded for the default model
+    if version is not None:
+        config[VERSION_KEY] = version
     (folder / "config.json").write_text(json.dumps(config))
-    loaded = iris_timm.from_pretrained(folder)
-    assert [type(m) for m in loaded.modules()] == [type(m) for m in legacy.modules()]
-    operator = loaded.stages[0].blocks[0].mixer.operator
-    assert (operator.boundary, operator.modes, type(operator).__name__) == (
-        "periodic",
-        0,
-        "FFTConvectionDiffusionReaction2d",
+    phrase = (
+        rf"was written by iris_timm {re.escape(written_by)}; this is iris_timm {re.escape(iris_timm.__version__)}, "
+        r"which reads folders written by 0\.2 or later"
     )
-    assert_same_logits(loaded, legacy, x)
+    with pytest.raises(ValueError, match=phrase):
+        iris_timm.from_pretrained(folder)
 
 
 # ----------------------------------------------------------------------------- transformers

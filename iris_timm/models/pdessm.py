@@ -53,7 +53,7 @@ from ..layers import (
     SpectralConv2d,
 )
 
-__all__ = ["BLOCKS", "GatedBlock", "IrisPDESSM", "MetaFormerBlock", "legacy_0_1_model_args"]
+__all__ = ["BLOCKS", "GatedBlock", "IrisPDESSM", "MetaFormerBlock"]
 
 
 @register_notrace_function
@@ -592,25 +592,6 @@ def checkpoint_filter_fn(state_dict: dict[str, torch.Tensor], model: IrisPDESSM)
             f"{f' (and {len(non_finite) - 3} more)' if len(non_finite) > 3 else ''}: refusing to load them."
         )
     return state_dict
-
-
-# Version 0.1 built every model with MetaFormer blocks, a periodic, unlimited CDR operator and layer scale, and
-# other sizes for t/s/b. A folder saved by 0.1 records only the arguments its creator passed, so these restore the
-# architecture its weights belong to (iris_timm.hub applies them to folders that carry no iris_timm version).
-LEGACY_0_1_MODEL_ARGS: dict[str, Any] = dict(
-    block="metaformer", pde_boundary="periodic", pde_modes=0, pde_method="fft", ls_init_value=1e-6
-)
-LEGACY_0_1_SIZES: dict[str, dict[str, Any]] = {
-    "iris_pdessm_t": dict(depths=(2, 2, 6, 2), dims=(64, 128, 320, 512)),
-    "iris_pdessm_s": dict(depths=(3, 4, 12, 3), dims=(64, 128, 320, 512)),
-    "iris_pdessm_b": dict(depths=(3, 3, 18, 3), dims=(96, 192, 384, 768)),
-    "iris_pdessm_test": dict(depths=(1, 1, 1, 1), dims=(16, 32, 48, 64), pde_heads=4),
-}
-
-
-def legacy_0_1_model_args(architecture: str) -> dict[str, Any]:
-    """The model arguments that rebuild a model saved by iris_timm 0.1 under today's defaults."""
-    return {**LEGACY_0_1_MODEL_ARGS, **LEGACY_0_1_SIZES.get(architecture, {})}
 
 
 def _cfg(**kwargs: Any) -> dict[str, Any]:
