@@ -1,6 +1,6 @@
-"""The timm model contract on every iris_* model, after timm's own tests/test_models.py.
-
-Input sizes are smaller than timm's (this suite runs on a 2-core CPU); every check is the same.
+"""What timm's own tests/test_models.py does not check on the iris_* models (.ci/timm_tests.py runs that suite on
+them: forward, backward, default cfgs, TorchScript, features, intermediates, torch.fx): their sizes, pruning,
+compilation, optimizer groups, the block variants, any resolution, bad input, autocast and plain torch.fx tracing.
 """
 
 import math
@@ -8,10 +8,9 @@ import math
 import pytest
 import timm
 import torch
-from timm.layers import get_channel_dim, get_spatial_dim
-from timm.models import FeatureInfo, get_notrace_functions, get_notrace_modules, group_parameters
+from timm.models import group_parameters
 from timm.optim import param_groups_weight_decay
-from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
+from torchvision.models.feature_extraction import create_feature_extractor
 
 import iris_timm
 from iris_timm.layers import (
@@ -26,24 +25,12 @@ from iris_timm.layers import (
 from iris_timm.models.pdessm import GatedBlock, MetaFormerBlock
 
 MODELS = timm.list_models("iris_*")
-FWD_SIZE = 128  # timm: 384
-BWD_SIZE = 96  # timm: 128
 FEAT_SIZE = 96  # timm: 96
 
 
 def input_size(model_name: str, target: int) -> tuple[int, int, int]:
     size = timm.get_pretrained_cfg_value(model_name, "input_size")
     return tuple(min(s, target) for s in size)
-
-
-def fx_model(model: torch.nn.Module) -> torch.nn.Module:
-    tracer_kwargs = dict(
-        leaf_modules=get_notrace_modules(), autowrap_functions=get_notrace_functions(), param_shapes_constant=True
-    )
-    train_nodes, eval_nodes = get_graph_node_names(model, tracer_kwargs=tracer_kwargs)
-    return create_feature_extractor(
-        model, train_return_nodes=[train_nodes[-1]], eval_return_nodes=[eval_nodes[-1]], tracer_kwargs=tracer_kwargs
-    )
 
 
 def assert_all_grads(model: torch.nn.Module) -> None:
@@ -72,110 +59,6 @@ def test_sizes_are_in_range(model_name, params_m, max_gmacs):
 
 
 @pytest.mark.parametrize("model_name", MODELS)
-def test_model_forward(model_name):
-    model = timm.create_model(model_name).eval()
-    x = torch.randn(1, *input_size(model_name, FWD_SIZE))
-    outputs = model(x)
-    assert outputs.shape == (1, model.num_classes)
-    assert not outputs.isnan().any()
-    model.set_grad_checkpointing()
-    torch.testing.assert_close(model(x), outputs, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.parametrize("model_name", MODELS)
-@pytest.mark.parametrize("num_classes", [42, 0])
-def test_model_backward(model_name, num_classes):
-    model = timm.create_model(model_name, num_classes=num_classes, drop_path_rate=0.1).train()
-    outputs = model(torch.randn(2, *input_size(model_name, BWD_SIZE)))
-    outputs.mean().backward()
-    assert_all_grads(model)
-    assert outputs.shape == (2, num_classes or model.num_features)
-    assert not outputs.isnan().any()
-
-
-@pytest.mark.parametrize("model_name", MODELS)
-def test_model_default_cfgs(model_name):
-    model = timm.create_model(model_name).eval()
-    cfg = model.pretrained_cfg
-    for key in ("input_size", "mean", "std", "crop_pct", "interpolation", "first_conv", "classifier", "license"):
-        assert cfg.get(key) is not None, f"pretrained_cfg lacks {key}"
-    assert cfg["fixed_input_size"] is False
-    assert model.num_classes >= 0 and model.num_features > 0 and model.head_hidden_size > 0
-    state_dict = model.state_dict()
-    assert cfg["first_conv"] + ".weight" in state_dict
-    assert cfg["classifier"] + ".weight" in state_dict
-    assert state_dict[cfg["first_conv"] + ".weight"].shape[1] == 3
-
-    spatial_axis, feat_axis = get_spatial_dim(model.output_fmt), get_channel_dim(model.output_fmt)
-    pool_size = cfg["pool_size"]
-    x = torch.randn(1, *cfg["input_size"])
-    features = model.forward_features(x)
-    assert [features.shape[a] for a in spatial_axis] == list(pool_size)
-    assert features.shape[feat_axis] == model.num_features
-    pre_logits = model.forward_head(features, pre_logits=True)
-    assert pre_logits.shape == (1, model.head_hidden_size)
-
-    model.reset_classifier(0)
-    assert model.num_classes == 0
-    torch.testing.assert_close(model(x), pre_logits)
-    model.reset_classifier(0, "")
-    assert [model(x).shape[a] for a in spatial_axis] == list(pool_size)
-    model.reset_classifier(7, "avg")
-    assert model.get_classifier().out_features == 7 and model(x).shape == (1, 7)
-
-    unpooled = timm.create_model(model_name, num_classes=0, global_pool="").eval()
-    assert unpooled(x).ndim == 4 and [unpooled(x).shape[a] for a in spatial_axis] == list(pool_size)
-
-
-@pytest.mark.parametrize("model_name", MODELS)
-def test_model_forward_torchscript(model_name):
-    with timm.set_scriptable(True):
-        model = timm.create_model(model_name).eval()
-    x = torch.randn(2, *input_size(model_name, FWD_SIZE))
-    scripted = torch.jit.script(model)
-    torch.testing.assert_close(scripted(x), model(x), rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("model_name", MODELS)
-def test_model_forward_features(model_name):
-    model = timm.create_model(model_name, features_only=True).eval()
-    channels, reductions = model.feature_info.channels(), model.feature_info.reduction()
-    assert reductions == [4, 8, 16, 32]
-    size = input_size(model_name, FEAT_SIZE)
-    outputs = model(torch.randn(2, *size))
-    assert len(outputs) == len(channels)
-    for c, r, o in zip(channels, reductions, outputs, strict=True):
-        assert o.shape == (2, c, math.ceil(size[1] / r), math.ceil(size[2] / r))
-        assert not o.isnan().any()
-
-    picked = timm.create_model(model_name, features_only=True, out_indices=(1, 3)).eval()
-    assert picked.feature_info.reduction() == [8, 32]
-    assert [o.shape[1] for o in picked(torch.randn(1, *size))] == picked.feature_info.channels()
-
-
-@pytest.mark.parametrize("model_name", MODELS)
-def test_model_forward_intermediates(model_name):
-    model = timm.create_model(model_name).eval()
-    feature_info = FeatureInfo(model.feature_info, len(model.feature_info))
-    size = input_size(model_name, FEAT_SIZE)
-    x = torch.randn(2, *size)
-    output, intermediates = model.forward_intermediates(x)
-    assert len(intermediates) == len(feature_info.channels())
-    for c, r, o in zip(feature_info.channels(), feature_info.reduction(), intermediates, strict=True):
-        assert o.shape == (2, c, math.ceil(size[1] / r), math.ceil(size[2] / r))
-    torch.testing.assert_close(output, model.forward_features(x))
-
-    last_two = model.forward_intermediates(x, indices=2, output_fmt="NHWC", intermediates_only=True)
-    torch.testing.assert_close([t.permute(0, 3, 1, 2) for t in last_two], intermediates[2:])
-    early = model.forward_intermediates(x, indices=[0, 1], stop_early=True, intermediates_only=True)
-    torch.testing.assert_close(early, intermediates[:2])
-
-    model.set_grad_checkpointing()
-    output_ckpt, _ = model.forward_intermediates(x)
-    torch.testing.assert_close(output_ckpt, output, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.parametrize("model_name", MODELS)
 def test_model_prune_intermediate_layers(model_name):
     model = timm.create_model(model_name).eval()
     x = torch.randn(1, *input_size(model_name, FEAT_SIZE))
@@ -189,25 +72,6 @@ def test_model_prune_intermediate_layers(model_name):
     getter = timm.create_model(model_name, features_only=True, feature_cls="getter", out_indices=(0, 2)).eval()
     assert len(getter.model.stages) == 3
     assert [o.shape[1] for o in getter(x)] == getter.feature_info.channels()
-
-
-@pytest.mark.parametrize("model_name", MODELS)
-def test_model_forward_fx(model_name):
-    model = timm.create_model(model_name).eval()
-    x = torch.randn(1, *input_size(model_name, FWD_SIZE))
-    with torch.inference_mode():
-        outputs = model(x)
-        fx_outputs = torch.cat(tuple(fx_model(model)(x).values()))
-    assert torch.equal(fx_outputs, outputs)
-
-
-@pytest.mark.parametrize("model_name", MODELS)
-def test_model_backward_fx(model_name):
-    model = timm.create_model(model_name, num_classes=42).train()
-    outputs = torch.cat(tuple(fx_model(model)(torch.randn(2, *input_size(model_name, BWD_SIZE))).values()))
-    outputs.mean().backward()
-    assert_all_grads(model)
-    assert outputs.shape == (2, 42)
 
 
 def test_model_torch_compile():
@@ -407,7 +271,6 @@ def test_features_only_dict_and_list_match_the_intermediates(feature_cls):
 )
 def test_plain_torch_fx_traces_every_block_and_the_graph_runs_at_any_size(kwargs):
     """A bare torch.fx.symbolic_trace and torchvision's create_feature_extractor need no leaf modules."""
-    from torchvision.models.feature_extraction import create_feature_extractor
 
     model = timm.create_model("iris_pdessm_test", **kwargs).eval()
     graph = torch.fx.symbolic_trace(model)
