@@ -67,7 +67,8 @@ def _peak_rss_bytes() -> int:
 
 
 def _build(name: str, size: int, device: torch.device, dtype: torch.dtype, channels_last: bool) -> torch.nn.Module:
-    from iris_timm.summary import create_model_for_size  # importing iris_timm registers the iris_* models
+    import iris_timm  # noqa: F401  (registers the iris_* models)
+    from iris_timm.flops import create_model_for_size
 
     model = create_model_for_size(name, size).to(device=device, dtype=dtype)
     return model.to(memory_format=torch.channels_last) if channels_last else model

@@ -12,10 +12,11 @@ counter misses) is counted like attention elsewhere. One MAC is two flops.
 import math
 from collections.abc import Sequence
 
+import timm
 import torch
 from torch.utils.flop_counter import FlopCounterMode, bmm_flop, mm_flop, sdpa_flop_count
 
-__all__ = ["count_macs", "count_params"]
+__all__ = ["count_macs", "count_params", "create_model_for_size"]
 
 aten = torch.ops.aten
 
@@ -92,3 +93,9 @@ def count_macs(model: torch.nn.Module, input_size: Sequence[int], device: str | 
 
 def count_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def create_model_for_size(name: str, img_size: int) -> torch.nn.Module:
+    """``timm.create_model(name)``; models built for one input size (ViTs, Swin) are built for ``img_size``."""
+    fixed = timm.get_pretrained_cfg_value(name, "fixed_input_size")
+    return timm.create_model(name, **({"img_size": img_size} if fixed else {}))

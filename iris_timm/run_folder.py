@@ -1,5 +1,5 @@
 """The files of a training run's folder (``train.py --output-dir``), defined once for the code that writes them
-(train.py) and the code that reads them (``iris_timm.study``).
+(train.py) and the code that reads them (``benchmarks/study.py``).
 
 - ``train_config.yaml``: the run's whole configuration, every field of train.py's ``Config``;
 - ``metrics.jsonl``: one JSON object a line, a ``TrainingLog`` every ``log_every`` steps and an ``Evaluation``

@@ -7,16 +7,9 @@ python -m iris_timm.summary iris_pdessm_s convnext_tiny --img-size 384
 import argparse
 
 import timm
-import torch
 
 import iris_timm  # noqa: F401  (registers the iris_* models)
-from iris_timm.flops import count_macs, count_params
-
-
-def create_model_for_size(name: str, img_size: int) -> torch.nn.Module:
-    """``timm.create_model(name)``; models built for one input size (ViTs, Swin) are built for ``img_size``."""
-    fixed = timm.get_pretrained_cfg_value(name, "fixed_input_size")
-    return timm.create_model(name, **({"img_size": img_size} if fixed else {}))
+from iris_timm.flops import count_macs, count_params, create_model_for_size
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,7 +1,10 @@
 """What several test files share: the test-sized iris model, seeded, PDE coefficients that show in the output, and
-a finished run's summary."""
+a finished run's summary. train.py and benchmarks/ live at the repository root, beside the package: the root goes
+on the import path."""
 
 import dataclasses
+import sys
+from pathlib import Path
 
 import pytest
 import timm
@@ -11,6 +14,9 @@ from torch import nn
 import iris_timm  # noqa: F401  (registers the iris_* models)
 from iris_timm.layers import ConvectionDiffusionReaction2d
 from iris_timm.run_folder import Summary
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 TINY_MODEL = "iris_pdessm_test"
 

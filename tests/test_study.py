@@ -9,9 +9,7 @@ import torch
 from conftest import run_summary, tiny_model
 
 import iris_timm
-from iris_timm.layers import ConvectionDiffusionReaction2d, create_cdr
-from iris_timm.run_folder import Evaluation, TrainingLog, append_metrics, write_summary, write_train_config
-from iris_timm.study import (
+from benchmarks.study import (
     effective_kernels,
     load_runs,
     main,
@@ -22,6 +20,8 @@ from iris_timm.study import (
     summarize,
     top1_at_sizes,
 )
+from iris_timm.layers import ConvectionDiffusionReaction2d, create_cdr
+from iris_timm.run_folder import Evaluation, TrainingLog, append_metrics, write_summary, write_train_config
 
 
 def write_run(folder: Path, model: str, top1: float, curve: list[tuple[float, float]], **summary) -> None:
@@ -112,7 +112,7 @@ def test_report_writes_the_table_and_pictures(tmp_path):
     main(["--runs", str(runs), "--out", str(out), "--eval-sizes", "--at-s", "150"])
     text = (out / "results.md").read_text()
     assert text.startswith("| configuration | model |") and "| iris | iris_pdessm_test |" in text
-    rebuild = f"python -m iris_timm.study --runs {runs} --out {out} --eval-sizes --at-s 150"
+    rebuild = f"python -m benchmarks.study --runs {runs} --out {out} --eval-sizes --at-s 150"
     assert f"python train.py\npython train.py\n{rebuild}\n```" in text
     assert "on 1 CPU thread per run" in text
     for name in ("accuracy_vs_time.png", "pde_coefficients.png", "pde_kernels.png"):

@@ -23,8 +23,7 @@ import iris_timm
 
 ROOT = Path(__file__).resolve().parents[1]
 CIFAR10 = ROOT.parent / "shared" / "data" / "cifar10"
-sys.path.insert(0, str(ROOT))
-import train  # noqa: E402
+import train  # noqa: E402  (the repository root is on the path: conftest.py)
 
 SMOKE = ["--config", "configs/smoke.yaml"]
 

@@ -1,9 +1,9 @@
 """The PDE operator's cost against one C x C linear layer, on every stage grid of a model, and what it costs a
 whole model's training.
 
-python -m iris_timm.operator_benchmark                              # iris_pdessm_s, 224² (batch 8), 1024² (batch 1)
-python -m iris_timm.operator_benchmark --train                      # forward + backward, and whole-model training
-python -m iris_timm.operator_benchmark --device cuda --dtype bfloat16
+python -m benchmarks.operator_benchmark                              # iris_pdessm_s, 224² (batch 8), 1024² (batch 1)
+python -m benchmarks.operator_benchmark --train                      # forward + backward, and whole-model training
+python -m benchmarks.operator_benchmark --device cuda --dtype bfloat16
 
 For each stage, the operator of that stage's blocks (its width, heads, boundary and cut-off) runs on the
 stage's feature map ``(B, H, W, C)`` at each input size, once per implementation (``modes``, ``separable``,
@@ -31,9 +31,9 @@ from typing import Any
 import timm
 import torch
 
-from .benchmark import default_batch_size, seconds
-from .files import write_text
-from .layers import CDR_METHODS, ConvectionDiffusionReaction2d, create_cdr
+from iris_timm.benchmark import default_batch_size, seconds
+from iris_timm.files import write_text
+from iris_timm.layers import CDR_METHODS, ConvectionDiffusionReaction2d, create_cdr
 
 __all__ = ["TARGET_RATIO", "TARGET_TRAINING", "TRAINING_MODELS", "main", "measure_training", "stage_operators"]
 

@@ -1,6 +1,6 @@
 """The results table and pictures of a CIFAR-10 study, rebuilt from train.py's run folders.
 
-    python -m iris_timm.study --runs output/cifar10_cpu --out model_cards/cifar10
+    python -m benchmarks.study --runs output/cifar10_cpu --out model_cards/cifar10
 
 A run is a folder ``<runs>/<configuration>/seed<N>`` written by ``train.py --output-dir``: it holds
 ``train_config.yaml``, ``metrics.jsonl`` and ``summary.json``. Runs without ``summary.json`` (unfinished) are
@@ -31,10 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .files import atomic_write, import_pyplot, write_text
-from .hub import from_pretrained
-from .layers import ConvectionDiffusionReaction2d, DepthwiseConv
-from .run_folder import Summary, read_evaluations, read_summary, read_train_config
+from iris_timm.files import atomic_write, import_pyplot, write_text
+from iris_timm.hub import from_pretrained
+from iris_timm.layers import ConvectionDiffusionReaction2d, DepthwiseConv
+from iris_timm.run_folder import Summary, read_evaluations, read_summary, read_train_config
 
 __all__ = [
     "Run",
@@ -155,7 +155,7 @@ def report(runs: list[Run], runs_folder: Path, out: Path, at_s: float = 200.0, o
         f"after {at_s:.0f} s of training (the same time for every run), and after the last step of the budget each "
         f"run fitted. Train s: seconds of training (evaluation excluded) on {_threads(runs)}.\n\n"
         f"The runs, then the report:\n\n```bash\n{commands}\n"
-        f"python -m iris_timm.study --runs {runs_folder} --out {out}{options}\n```\n"
+        f"python -m benchmarks.study --runs {runs_folder} --out {out}{options}\n```\n"
     )
 
 
