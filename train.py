@@ -58,7 +58,6 @@ from torchvision.transforms import Compose
 from tqdm.auto import tqdm
 
 import iris_timm
-from iris_timm.hub import save_timm_folder
 from iris_timm.run_folder import (
     CHECKPOINTS,
     EMA_WEIGHTS,
@@ -937,13 +936,11 @@ def command_line() -> str:
 
 
 def export(run: Training, directory: Path) -> None:
-    """A Hub-ready folder of the current weights (the EMA's when on); an iris model's card records this run."""
+    """A Hub-ready folder of the current weights (the EMA's when on); an iris model's card records this run (other
+    timm models get no card)."""
     refuse_non_finite_weights(run)
     model = run.ema.module if run.ema is not None else run.plain_model()
     if not run.accelerator.is_main_process:
-        return
-    if not isinstance(model, iris_timm.IrisPDESSM):
-        save_timm_folder(model, directory, run.label_names)
         return
     dataset, top1 = dataset_name(run.cfg.dataset), round(run.state.top1, 2)
     results = {"dataset": dataset, "top1": top1, "epochs": run.state.epoch, "command": command_line()}

@@ -46,7 +46,6 @@ __all__ = [
     "from_pretrained",
     "push_to_hub",
     "save_pretrained",
-    "save_timm_folder",
 ]
 
 # The file names timm's local-dir: and hf-hub: loaders read.
@@ -75,11 +74,11 @@ _CONVERT_PICKLE = (
 
 
 def _check_saveable(model: nn.Module, label_names: Sequence[str] | None) -> None:
-    if not isinstance(model, IrisPDESSM):
+    wrapped = hasattr(model, "_orig_mod") or isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel))
+    if wrapped:
         raise TypeError(
-            f"Expected an iris model (IrisPDESSM), got {type(model).__name__}. Unwrap compiled or distributed models "
-            "first (model._orig_mod, accelerator.unwrap_model(model)); other timm models have timm's own "
-            "timm.models.push_to_hf_hub."
+            f"Expected a timm model, got {type(model).__name__}. Unwrap compiled or distributed models first "
+            "(model._orig_mod, accelerator.unwrap_model(model))."
         )
     if not hasattr(model, "pretrained_cfg"):
         raise ValueError(
@@ -173,14 +172,16 @@ def _write_timm_files(model: nn.Module, staging: Path, label_names: Sequence[str
 
 
 def save_pretrained(
-    model: IrisPDESSM,
+    model: nn.Module,
     save_directory: str | os.PathLike,
     *,
     repo_id: str | None = None,
     label_names: Sequence[str] | None = None,
     training_results: "TrainingResults | None" = None,
 ) -> Path:
-    """Write ``model`` as a Hub folder: ``model.safetensors``, ``config.json`` and ``README.md`` (the model card).
+    """Write ``model`` as a Hub folder: ``model.safetensors``, ``config.json`` and, for an iris model, ``README.md``
+    (the model card). Any timm model is written the same way (``timm.create_model("local-dir:<folder>")`` and
+    transformers load it), without a card.
 
     The folder is created if missing and a previous save is replaced; its other files are left alone, except weights
     in other formats (``pytorch_model.bin``, ...) that loaders could read instead, and the staging folders of saves
@@ -191,14 +192,15 @@ def save_pretrained(
     old and new files read as one model.
 
     Args:
-        model: an iris model created by ``timm.create_model`` or ``iris_timm.from_pretrained``, which record the
+        model: a model created by ``timm.create_model`` or ``iris_timm.from_pretrained``, which record the
             architecture and construction arguments (``model_args``) that ``config.json`` needs.
         save_directory: the folder to write.
         repo_id: the Hub repo these files are for; the card then loads ``"hf-hub:<repo_id>"`` rather than
             ``"local-dir:<save_directory>"``.
         label_names: one name per class, in classifier order. Loading puts them in ``pretrained_cfg["label_names"]``
             (timm) and ``config.id2label`` (transformers).
-        training_results: what training measured, for the model card; see ``iris_timm.model_card.TrainingResults``.
+        training_results: what training measured, for an iris model's card; see
+            ``iris_timm.model_card.TrainingResults``.
 
     Returns:
         The folder.
@@ -210,22 +212,9 @@ def save_pretrained(
     directory = Path(save_directory)
     with _staging(directory) as staging:
         _write_timm_files(model, staging, label_names)
-        model_name = f"hf-hub:{repo_id}" if repo_id else f"local-dir:{directory}"
-        model_card(model, model_name, training_results).save(staging / CARD_NAME)
-    return directory
-
-
-def save_timm_folder(
-    model: nn.Module, save_directory: str | os.PathLike, label_names: Sequence[str] | None = None
-) -> Path:
-    """Write any timm model as timm's Hub folder, ``model.safetensors`` and ``config.json``, with no model card.
-
-    For models other than iris (``save_pretrained`` writes those, with their card). The write is atomic in the same
-    way, ``config.json`` last; ``timm.create_model("local-dir:<folder>", pretrained=True)`` loads it.
-    """
-    directory = Path(save_directory)
-    with _staging(directory) as staging:
-        _write_timm_files(model, staging, label_names)
+        if isinstance(model, IrisPDESSM):
+            model_name = f"hf-hub:{repo_id}" if repo_id else f"local-dir:{directory}"
+            model_card(model, model_name, training_results).save(staging / CARD_NAME)
     return directory
 
 
@@ -341,13 +330,21 @@ def _split_revision(model_id: str) -> tuple[str, str | None]:
     return repo_id, revision or None
 
 
-def _hub_snapshot(model_id: str, cache_dir: str | os.PathLike | None) -> Path:
-    """The folder of a Hub repo's ``config.json`` and ``model.safetensors``, both of one commit, from the cache when it
-    holds them (always, offline). The cache names the folder by that commit."""
-    repo_id, revision = _split_revision(model_id)
+def _hub_snapshot(
+    model_id: str, revision: str | None, token: str | bool | None, cache_dir: str | os.PathLike | None
+) -> Path:
+    """The folder of a Hub repo's ``config.json`` and ``model.safetensors``, both of one commit (``revision``, or the
+    one ``model_id`` names after ``@``; the default branch without either), from the cache when it holds them
+    (always, offline). The cache names the folder by that commit."""
+    repo_id, named = _split_revision(model_id)
+    if named is not None and revision is not None and named != revision:
+        raise ValueError(
+            f"{model_id} names the revision {named!r} and revision={revision!r} another: give the revision once."
+        )
+    revision = revision or named
     try:
         folder = snapshot_download(
-            repo_id, revision=revision, cache_dir=cache_dir, allow_patterns=[CONFIG_NAME, WEIGHTS_NAME]
+            repo_id, revision=revision, token=token, cache_dir=cache_dir, allow_patterns=[CONFIG_NAME, WEIGHTS_NAME]
         )
     except LocalEntryNotFoundError as e:
         raise FileNotFoundError(
@@ -493,6 +490,8 @@ def _check_finite(path: Path) -> None:
 def from_pretrained(
     name_or_path: str | os.PathLike,
     *,
+    revision: str | None = None,
+    token: str | bool | None = None,
     cache_dir: str | os.PathLike | None = None,
     **kwargs: Any,
 ) -> nn.Module:
@@ -508,6 +507,9 @@ def from_pretrained(
     Args:
         name_or_path: ``"local-dir:PATH"``, ``"hf-hub:ORG/NAME[@REVISION]"``, a folder, or a Hub repo id
             ``"ORG/NAME[@REVISION]"`` (an existing folder of that name wins).
+        revision: a Hub repo's branch, tag or commit (as huggingface_hub's ``revision``); the same as ``@REVISION``.
+        token: the Hub token for a private repo (as huggingface_hub's ``token``); by default huggingface_hub's
+            usual places (``HF_TOKEN``, ``hf auth login``).
         cache_dir: the Hugging Face cache to use instead of the default one.
         **kwargs: passed to ``timm.create_model`` over the saved ``model_args``: ``num_classes`` (a new head, the
             backbone kept), ``in_chans`` (the first convolution adapted by timm's ``adapt_input_conv``),
@@ -522,10 +524,12 @@ def from_pretrained(
     """
     source, location = _parse_source(name_or_path)
     if source == "local-dir":
+        if revision is not None:
+            raise ValueError(f"revision={revision!r} selects a commit of a Hub repo, and {location} is a local folder.")
         config_path, weights_path = _local_files(Path(location))
         model_name = f"local-dir:{location}"
     else:
-        snapshot = _hub_snapshot(location, cache_dir)
+        snapshot = _hub_snapshot(location, revision, token, cache_dir)
         config_path, weights_path = snapshot / CONFIG_NAME, snapshot / WEIGHTS_NAME
         # Pinned to the commit the checked files came from.
         model_name = f"hf-hub:{_split_revision(location)[0]}@{snapshot.name}"

@@ -70,18 +70,18 @@ def offline_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cache
 
 
-def add_to_cache(cache: Path, repo_id: str, folder: Path) -> None:
-    """Lay out ``folder`` as a download of ``repo_id`` at ``COMMIT`` leaves it: blobs named by content hash, the
-    snapshot's links to them, and ``refs/main``."""
+def add_to_cache(cache: Path, repo_id: str, folder: Path, commit: str = COMMIT, ref: str = "main") -> None:
+    """Lay out ``folder`` as a download of ``repo_id`` at ``commit`` (the branch or tag ``ref``) leaves it: blobs
+    named by content hash, the snapshot's links to them, and ``refs/<ref>``."""
     repo = cache / f"models--{repo_id.replace('/', '--')}"
-    snapshot = repo / "snapshots" / COMMIT
+    snapshot = repo / "snapshots" / commit
     for path in (repo / "blobs", snapshot, repo / "refs"):
-        path.mkdir(parents=True)
+        path.mkdir(parents=True, exist_ok=True)
     for file in folder.iterdir():
         blob = repo / "blobs" / hashlib.sha256(file.read_bytes()).hexdigest()
         blob.write_bytes(file.read_bytes())
         (snapshot / file.name).symlink_to(os.path.relpath(blob, snapshot))
-    (repo / "refs" / "main").write_text(COMMIT)
+    (repo / "refs" / ref).write_text(commit)
 
 
 def assert_same_logits(a: torch.nn.Module, b: torch.nn.Module, x: torch.Tensor) -> None:
@@ -164,8 +164,8 @@ def test_an_interrupted_save_is_not_read_as_a_model(saved, monkeypatch):
 def test_save_rejects_wrong_label_names_and_other_models(tmp_path, model):
     with pytest.raises(ValueError, match="label_names has 2 names for a model with 7 classes"):
         iris_timm.save_pretrained(model, tmp_path / "saved", label_names=["cat", "dog"])
-    with pytest.raises(TypeError, match=r"Expected an iris model \(IrisPDESSM\), got ResNet\."):
-        iris_timm.save_pretrained(timm.create_model("test_resnet"), tmp_path / "saved")
+    with pytest.raises(TypeError, match=r"Expected a timm model, got OptimizedModule\. Unwrap compiled"):
+        iris_timm.save_pretrained(torch.compile(model), tmp_path / "saved")
     unregistered = iris_timm.IrisPDESSM(depths=(1, 1, 1, 1), dims=(16, 32, 48, 64))
     with pytest.raises(ValueError, match="has no pretrained_cfg, so its architecture and arguments cannot be saved"):
         iris_timm.save_pretrained(unregistered, tmp_path / "saved")
@@ -190,6 +190,25 @@ def test_offline_hub_cache(saved, model, x, offline_cache):
     assert_same_logits(loaded, model, x)
     assert loaded.pretrained_cfg["hf_hub_id"] == f"{REPO_ID}@{COMMIT}"  # pinned to the commit it was checked at
     assert_same_logits(iris_timm.from_pretrained(f"hf-hub:{REPO_ID}@{COMMIT}"), model, x)
+
+
+def test_revision_and_token_pick_a_commit_of_the_cache(saved, model, x, offline_cache, tmp_path):
+    """As huggingface_hub's from_pretrained: revision= a branch, tag or commit; token= passed on (unused offline)."""
+    retrained = create(seed=1)
+    v2 = iris_timm.save_pretrained(retrained, tmp_path / "v2", label_names=LABELS)
+    second = "fedcba9876543210fedcba9876543210fedcba98"
+    add_to_cache(offline_cache, REPO_ID, saved)  # main
+    add_to_cache(offline_cache, REPO_ID, v2, commit=second, ref="v2")
+    assert_same_logits(iris_timm.from_pretrained(REPO_ID, token="hf_not_needed_offline"), model, x)
+    for revision in ("v2", second):
+        loaded = iris_timm.from_pretrained(REPO_ID, revision=revision, token="hf_not_needed_offline")
+        assert_same_logits(loaded, retrained, x)
+        assert loaded.pretrained_cfg["hf_hub_id"] == f"{REPO_ID}@{second}"
+    assert_same_logits(iris_timm.from_pretrained(REPO_ID, revision="main"), model, x)
+    with pytest.raises(ValueError, match="names the revision 'main' and revision='v2' another: give the revision once"):
+        iris_timm.from_pretrained(f"{REPO_ID}@main", revision="v2")
+    with pytest.raises(ValueError, match=r"revision='v2' selects a commit of a Hub repo, and .* is a local folder"):
+        iris_timm.from_pretrained(saved, revision="v2")
 
 
 def test_num_classes_replaces_the_head_and_keeps_the_backbone(saved, model):
@@ -480,9 +499,9 @@ def test_card_rejects_unknown_or_unfounded_results(model):
         model_card(model, f"hf-hub:{REPO_ID}", {"top1": 80.0})
 
 
-def test_save_timm_folder_writes_any_timm_model_that_timm_loads_back(tmp_path):
+def test_save_pretrained_writes_any_timm_model_that_timm_loads_back(tmp_path):
     peer = timm.create_model("test_resnet", num_classes=3).eval()
-    folder = iris_timm.hub.save_timm_folder(peer, tmp_path / "peer", label_names=["a", "b", "c"])
+    folder = iris_timm.save_pretrained(peer, tmp_path / "peer", label_names=["a", "b", "c"])  # no card
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
     loaded = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
     assert loaded.pretrained_cfg["label_names"] == ["a", "b", "c"]
@@ -533,7 +552,7 @@ def test_a_symlink_loop_is_reported_as_such(tmp_path, forbid_weight_reads):
 
 def test_a_folder_saved_for_another_timm_model_opens_in_transformers(tmp_path):
     peer = timm.create_model("test_resnet", num_classes=3).eval()
-    folder = iris_timm.hub.save_timm_folder(peer, tmp_path / "peer", label_names=["a", "b", "c"])
+    folder = iris_timm.save_pretrained(peer, tmp_path / "peer", label_names=["a", "b", "c"])
     assert "num_classes" not in json.loads((folder / "config.json").read_text())["model_args"]
     hf_model = AutoModelForImageClassification.from_pretrained(folder).eval()
     assert hf_model.config.id2label == {0: "a", 1: "b", 2: "c"}
