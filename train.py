@@ -743,96 +743,83 @@ class Training:
 
 
 def train(run: Training) -> None:
-    """Train to the last step, evaluating and checkpointing after each epoch and the last step."""
+    """The training loop: batches until the last step; an optimizer update at the end of each gradient-accumulation
+    window, then the update's bookkeeping, logs, checkpoints and evaluations when due; an evaluation and a checkpoint
+    after each epoch and after the last step."""
+    cfg, accelerator, state = run.cfg, run.accelerator, run.state
     run.model.train()
-    while run.state.step < run.state.total_steps:
-        train_epoch(run)
+    while state.step < state.total_steps:
+        run.train_loader.set_epoch(state.epoch)  # seeds this epoch's shuffle
+        run.train_set.set_epoch(state.epoch)  # and its augmentation
+        for images, targets in accelerator.skip_first_batches(run.train_loader, state.batch_in_epoch):
+            if state.step >= state.total_steps:
+                break
+            state.batch_in_epoch += 1
+            # Mixup, drop path and dropout draw from generators seeded by the position in the data, so a resumed run
+            # draws exactly what an uninterrupted one would (and each process draws differently).
+            set_seed(hash((cfg.seed, state.epoch, state.batch_in_epoch)) % 2**32, device_specific=True)
+            if run.mixup is not None:
+                images, targets = run.mixup(images, targets)
+            if cfg.channels_last:
+                images = images.contiguous(memory_format=torch.channels_last)
+            with accelerator.accumulate(run.model):
+                loss = run.criterion(run.model(images), targets)
+                # Backward runs even on a non-finite loss, so every process joins the gradient all-reduce; the
+                # window's update is then skipped (optimizer_step), its gradients dropped.
+                accelerator.backward(loss)
+                run.bad_in_window |= not loss.detach().isfinite().item()
+                if not accelerator.sync_gradients:
+                    continue  # within the window: accumulate
+                updated = optimizer_step(run)
+            if run.ema is not None and updated:
+                run.ema.update(run.plain_model(), step=state.step)
+            state.step += 1
+            state.images_seen += len(images) * accelerator.num_processes * cfg.grad_accum_steps
+            pace = run.clock.tick()
+            if pace is not None:  # the pace so far fits the step count to the time budget
+                run.reschedule()
+                if state.step == PACE_STEPS[1] or run.clock.evaluation_due():
+                    accelerator.print(f"{pace:.3f} s per step: {state.total_steps} steps fit the time budget.")
+            run.scheduler.step_update(num_updates=state.step)
+            run.progress.update(1)
+            if state.step % cfg.log_every == 0:
+                run.progress.set_postfix(loss=f"{loss.item():.3f}")
+                log(run, TrainingLog(state.step, state.epoch, loss.item(), run.optimizer.param_groups[0]["lr"]))
+            if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0:
+                save_checkpoint(run)
+            if run.clock.evaluation_due() and state.step < state.total_steps:  # the last step's comes below
+                evaluate_and_checkpoint(run)
+        else:  # the epoch ran out, not the steps
+            state.epoch += 1
+            state.batch_in_epoch = 0
         evaluate_and_checkpoint(run)
     run.progress.close()
 
 
-def train_epoch(run: Training) -> None:
-    """Train on the rest of the current epoch, or up to the last step."""
-    state = run.state
-    run.train_loader.set_epoch(state.epoch)  # seeds this epoch's shuffle
-    run.train_set.set_epoch(state.epoch)  # and its augmentation
-    for images, targets in run.accelerator.skip_first_batches(run.train_loader, state.batch_in_epoch):
-        if state.step >= state.total_steps:
-            return
-        state.batch_in_epoch += 1
-        loss = train_batch(run, images, targets)
-        if loss is not None:
-            after_update(run, loss, len(images))
-    state.epoch += 1
-    state.batch_in_epoch = 0
-
-
-def train_batch(run: Training, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
-    """Forward and backward one batch. At the end of a gradient-accumulation window, update the weights unless a
-    loss in the window was not finite; returns the loss then, None within the window."""
-    cfg, accelerator, state = run.cfg, run.accelerator, run.state
-    # Mixup, drop path and dropout draw from generators seeded by the position in the data, so a resumed run draws
-    # exactly what an uninterrupted one would (and each process draws differently).
-    set_seed(hash((cfg.seed, state.epoch, state.batch_in_epoch)) % 2**32, device_specific=True)
-    if run.mixup is not None:
-        images, targets = run.mixup(images, targets)
-    if cfg.channels_last:
-        images = images.contiguous(memory_format=torch.channels_last)
-    with accelerator.accumulate(run.model):
-        loss = run.criterion(run.model(images), targets)
-        # Every process must agree to skip, or the gradient all-reduce would hang.
-        if accelerator.gather(loss.detach()[None]).isfinite().all():
-            accelerator.backward(loss)
-        else:
-            run.bad_in_window = True
-        if not accelerator.sync_gradients:
-            return None
-        update(run)
-    return loss
-
-
-def update(run: Training) -> None:
-    """The optimizer step that ends a gradient-accumulation window, skipped after a non-finite loss."""
-    if run.bad_in_window:
-        run.state.bad_steps += 1
-        run.bad_in_a_row += 1
-    else:
+def optimizer_step(run: Training) -> bool:
+    """The update that ends a gradient-accumulation window, skipped after a non-finite loss in it on any process (one
+    collective per window: every process must agree); stops the run after ``max_bad_steps`` skipped in a row. Returns
+    whether the weights were updated."""
+    cfg, state, accelerator = run.cfg, run.state, run.accelerator
+    bad = torch.tensor([run.bad_in_window], device=accelerator.device)
+    updated = not accelerator.gather(bad).any().item()
+    if updated:
         run.bad_in_a_row = 0
-        if run.cfg.clip_grad:
-            run.accelerator.clip_grad_norm_(run.model.parameters(), run.cfg.clip_grad)
+        if cfg.clip_grad:
+            accelerator.clip_grad_norm_(run.model.parameters(), cfg.clip_grad)
         run.optimizer.step()
+    else:
+        state.bad_steps += 1
+        run.bad_in_a_row += 1
     run.optimizer.zero_grad(set_to_none=True)
     run.bad_in_window = False
-
-
-def after_update(run: Training, loss: torch.Tensor, batch_size: int) -> None:
-    """Count the update (stopping after too many non-finite losses in a row), then log, checkpoint and evaluate
-    when due."""
-    cfg, state = run.cfg, run.state
     if run.bad_in_a_row >= cfg.max_bad_steps:
         last = checkpoint_dirs(run.output_dir)[-1:] or ["none written yet"]
         raise SystemExit(
             f"{run.bad_in_a_row} non-finite losses in a row at step {state.step}; stopping. "
             f"Last good checkpoint: {last[0]}. Lower lr, keep clip_grad on, or use bf16 instead of fp16."
         )
-    if run.ema is not None and run.bad_in_a_row == 0:
-        run.ema.update(run.plain_model(), step=state.step)
-    state.step += 1
-    pace = run.clock.tick()
-    if pace is not None:
-        run.reschedule()
-        if state.step == PACE_STEPS[1] or run.clock.evaluation_due():
-            run.accelerator.print(f"{pace:.3f} s per step: {state.total_steps} steps fit the time budget.")
-    run.scheduler.step_update(num_updates=state.step)
-    state.images_seen += batch_size * run.accelerator.num_processes * cfg.grad_accum_steps
-    run.progress.update(1)
-    if state.step % cfg.log_every == 0:
-        run.progress.set_postfix(loss=f"{loss.item():.3f}")
-        log(run, TrainingLog(state.step, state.epoch, loss.item(), run.optimizer.param_groups[0]["lr"]))
-    if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0:
-        save_checkpoint(run)
-    if run.clock.evaluation_due() and state.step < state.total_steps:  # train() evaluates the last step
-        evaluate_and_checkpoint(run)
+    return updated
 
 
 def log(run: Training, record: TrainingLog | Evaluation) -> None:
