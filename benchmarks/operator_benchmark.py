@@ -31,7 +31,7 @@ from typing import Any
 import timm
 import torch
 
-from iris_timm.benchmark import default_batch_size, seconds
+from iris_timm.benchmark import default_batch_size, seconds, training_step
 from iris_timm.files import write_text
 from iris_timm.layers import CDR_METHODS, ConvectionDiffusionReaction2d, create_cdr
 
@@ -145,17 +145,10 @@ def measure_training(
     target = torch.randint(0, models["with"].num_classes, (batch_size,), device=device)
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
 
-    def step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Callable[[], None]:
-        def run() -> None:
-            with autocast:
-                loss = torch.nn.functional.cross_entropy(model(x).float(), target)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        return run
-
-    steps = {name: step(model.train(), torch.optim.AdamW(model.parameters())) for name, model in models.items()}
+    steps = {
+        name: training_step(model.train(), torch.optim.AdamW(model.parameters()), x, target, autocast)
+        for name, model in models.items()
+    }
     samples: dict[str, list[float]] = {name: [] for name in models}
     for index in range(warmup + repeats):
         for name, run in steps.items():

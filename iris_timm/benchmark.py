@@ -74,6 +74,25 @@ def _build(name: str, size: int, device: torch.device, dtype: torch.dtype, chann
     return model.to(memory_format=torch.channels_last) if channels_last else model
 
 
+def training_step(
+    model: Callable[[torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    autocast: Any,
+) -> Callable[[], None]:
+    """One training step to time: the forward under ``autocast``, cross-entropy in float32, backward, update."""
+
+    def step() -> None:
+        with autocast:
+            loss = torch.nn.functional.cross_entropy(model(x).float(), target)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
 def seconds(call: Callable[[], Any], device: torch.device) -> float:
     """Seconds one ``call()`` takes: CUDA events on CUDA, ``time.perf_counter`` elsewhere."""
     if device.type == "cuda":
@@ -135,14 +154,7 @@ def measure(
     if train:
         model.train()
         optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
-        target = torch.randint(0, 1000, (batch_size,), device=dev)
-
-        def step() -> None:
-            with autocast:
-                loss = torch.nn.functional.cross_entropy(run(x).float(), target)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        step = training_step(run, optimizer, x, torch.randint(0, 1000, (batch_size,), device=dev), autocast)
     else:
         model.eval()
 
