@@ -1,4 +1,5 @@
 """Research harnesses beside the package, run from the repository root: ``python -m benchmarks.study`` (the studies'
 tables and pictures, rebuilt from run folders) and ``python -m benchmarks.operator_benchmark`` (the PDE operator's
-cost per stage against one linear layer). The benchmark users run, ``python -m iris_timm.benchmark``, stays in the
+cost per stage against one linear layer) and ``python -m benchmarks.operator_alternatives`` (what was tried for its
+speed and not kept). The benchmark users run, ``python -m iris_timm.benchmark``, stays in the
 package."""
