@@ -219,7 +219,7 @@ def save_pretrained(
 
 
 def push_to_hub(
-    model: IrisPDESSM,
+    model: nn.Module,
     repo_id: str,
     *,
     commit_message: str = "Add model",
@@ -230,7 +230,8 @@ def push_to_hub(
     label_names: Sequence[str] | None = None,
     training_results: "TrainingResults | None" = None,
 ) -> CommitInfo:
-    """Publish ``model`` to the Hub repo ``repo_id`` as the folder ``save_pretrained`` writes, in one commit.
+    """Publish ``model`` (an iris model, or any timm model) to the Hub repo ``repo_id`` as the folder
+    ``save_pretrained`` writes, in one commit.
 
     The repo is created if missing (``private``: ``None`` follows the owner's default visibility), and the branch
     ``revision`` too. ``token`` defaults to huggingface_hub's usual places (``HF_TOKEN``, ``hf auth login``). Then
