@@ -229,7 +229,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         help_text = f"default: {getattr(defaults, name)!r}"
         if name == "resume":  # a bare --resume continues from the latest checkpoint
             parser.add_argument(flag, nargs="?", const="auto", default=argparse.SUPPRESS, help=help_text)
-        elif types_[name] is bool:  # a bare --overwrite means --overwrite
+        elif types_[name] is bool:  # a bare boolean flag means true (--overwrite, --channels-last)
             parser.add_argument(flag, nargs="?", const="true", default=argparse.SUPPRESS, help=help_text)
         else:
             parser.add_argument(flag, default=argparse.SUPPRESS, help=help_text)
