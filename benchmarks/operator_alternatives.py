@@ -11,7 +11,7 @@
 3. Band-limited evaluation on the large grids: area-pool to 14², the operator there, bilinear upsampling back. Its
    time against the exact operator's, and its error (of the output's peak) on a smooth field and on white noise.
 4. In the model: ``iris_pdessm_atto`` training steps (CIFAR-10 sizes, stem 4, batch 64) with the operator, with an
-   identity in its place (the norm and the sum kept), and without it (``spatial_mix="local"``), alternating.
+   identity in its place (the sum kept), and without it (``spatial_mix="local"``), alternating.
 5. With ``--compile``: the same steps with and without the operator, eager and ``torch.compile``d.
 """
 

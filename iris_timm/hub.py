@@ -9,8 +9,9 @@ A saved model is a folder of three files:
 - ``README.md``: the model card (``iris_timm.model_card``).
 
 Writing is timm's ``save_for_hf`` (staged, then moved into place); publishing is ``HfApi.create_repo`` and
-``HfApi.upload_folder``; loading is timm's ``create_model``, once the files have been checked so that bad input
-raises a clear error before any weights are read.
+``HfApi.upload_folder``; loading is timm's ``create_model``, once the files have been checked so that bad files raise
+a clear error before any weights are read (the weights themselves are checked by the model's
+``checkpoint_filter_fn`` as timm loads them).
 """
 
 import difflib
@@ -54,8 +55,9 @@ CONFIG_NAME = "config.json"
 CARD_NAME = "README.md"
 # The config.json key naming the iris_timm version that saved the folder (absent before 0.2).
 VERSION_KEY = "iris_timm_version"
-# The oldest iris_timm whose folders this version reads: 0.2 changed the architecture's defaults.
-OLDEST_READABLE_VERSION = (0, 2)
+# The oldest iris_timm whose folders this version reads, and why older ones are not read.
+OLDEST_READABLE_VERSION = (0, 3)
+OLDEST_READABLE_REASON = "0.3 changed the block: the operator's output is added without a norm"
 # The keys of timm's hub config that loading needs.
 REQUIRED_CONFIG_KEYS = ("architecture", "num_classes", "pretrained_cfg")
 # Staging folders of saves in progress: ".save_pretrained-<pid>-<random>".
@@ -103,9 +105,8 @@ def _finish_config(config_path: Path) -> None:
 
 
 def _check_version(path: Path, config: dict[str, Any]) -> None:
-    """An iris model's folder was written by a version whose architecture this one builds: 0.2 or later. Folders
-    written by 0.1 record no version; their ``model_args`` hold only what differed from 0.1's defaults, which 0.2
-    changed, so today's defaults would build another model."""
+    """An iris model's folder was written by a version whose architecture this one builds (see
+    ``OLDEST_READABLE_VERSION``). Folders written by 0.1 record no version."""
     if not config["architecture"].startswith("iris_"):
         return
     written_by = str(config.get(VERSION_KEY, "0.1"))
@@ -116,8 +117,8 @@ def _check_version(path: Path, config: dict[str, Any]) -> None:
     if major_minor < OLDEST_READABLE_VERSION:
         raise ValueError(
             f"{path} was written by iris_timm {written_by}; this is iris_timm {__version__}, which reads folders "
-            f"written by {'.'.join(map(str, OLDEST_READABLE_VERSION))} or later (0.2 changed the architecture's "
-            f"defaults). Load it with iris_timm {written_by} and save it again with this version, or retrain."
+            f"written by {'.'.join(map(str, OLDEST_READABLE_VERSION))} or later ({OLDEST_READABLE_REASON}). "
+            f"Use iris_timm {written_by} for it, or retrain."
         )
 
 
@@ -388,103 +389,31 @@ def _read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-# safetensors' dtype names (the header's "dtype" field) as torch dtypes.
-SAFETENSORS_DTYPES = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-}
-
-TensorSpec = tuple[tuple[int, ...], torch.dtype | str]  # (shape, dtype); a str for dtypes torch lacks
+# safetensors' names of floating dtypes (the header's "dtype" field) as torch dtypes.
+SAFETENSORS_FLOAT_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 
-def _read_header(path: Path) -> dict[str, TensorSpec]:
-    """Tensor shapes and dtypes from the safetensors header; ``safe_open`` also checks that the file covers every
-    tensor."""
+def _check_weights_file(path: Path, dtype: torch.dtype) -> None:
+    """Read the safetensors header only: the file must be complete (``safe_open`` checks that it covers every tensor)
+    and its floating tensors in ``dtype``, the model's. Nothing is cast silently, whatever the model."""
     try:
         with safe_open(path, framework="pt") as f:
-            slices = {key: f.get_slice(key) for key in f.keys()}
-            return {
-                key: (tuple(s.get_shape()), SAFETENSORS_DTYPES.get(s.get_dtype(), s.get_dtype()))
-                for key, s in slices.items()
-            }
+            dtypes = {key: f.get_slice(key).get_dtype() for key in f.keys()}
     except SafetensorError as e:
         raise ValueError(
             f"{path} is not a readable safetensors file ({e}): it is truncated or corrupt. Download it or save the "
             "model again."
         ) from e
-
-
-def _model_tensors(
-    model_name: str, config_path: Path, config: dict[str, Any], cache_dir: str | os.PathLike | None, dtype_args: dict
-) -> dict[str, TensorSpec]:
-    """Tensor shapes and dtypes of the model ``config.json`` describes, built by timm on the meta device (no memory,
-    no init)."""
-    try:
-        with torch.device("meta"):
-            model = timm.create_model(model_name, cache_dir=cache_dir, **dtype_args)
-    except (TypeError, ValueError) as e:
-        raise ValueError(
-            f"{config_path}: timm cannot build {config['architecture']!r} with model_args "
-            f"{config.get('model_args', {})}: {e}. Correct model_args, or save the model again."
-        ) from e
-    return {key: (tuple(tensor.shape), tensor.dtype) for key, tensor in model.state_dict().items()}
-
-
-def _check_weights(
-    weights_path: Path,
-    config_path: Path,
-    config: dict[str, Any],
-    model_name: str,
-    cache_dir: str | os.PathLike | None,
-    dtype_args: dict,
-) -> None:
-    """Raise unless ``weights_path`` holds exactly the tensors, with their shapes and dtypes, of the model
-    ``config_path`` describes, all finite."""
-    found = _read_header(weights_path)
-    expected = _model_tensors(model_name, config_path, config, cache_dir, dtype_args)
-    common = sorted(expected.keys() & found.keys())
-    problems = [f"{key} is missing" for key in sorted(expected.keys() - found.keys())]
-    problems += [f"{key} is not in the model" for key in sorted(found.keys() - expected.keys())]
-    problems += [
-        f"{key} has shape {list(found[key][0])}, the model {list(expected[key][0])}"
-        for key in common
-        if found[key][0] != expected[key][0]
+    other = [
+        f"{key} is {SAFETENSORS_FLOAT_DTYPES[name]}"
+        for key, name in dtypes.items()
+        if name in SAFETENSORS_FLOAT_DTYPES and SAFETENSORS_FLOAT_DTYPES[name] != dtype
     ]
-    if problems:
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    if other:
         raise ValueError(
-            f"{weights_path} does not fit {config['architecture']!r} with the model_args of {config_path}: "
-            f"{'; '.join(problems[:3])}{more}. Save the model again with iris_timm.save_pretrained, or correct "
-            "model_args in config.json."
-        )
-    wrong_dtypes = [f"{key} is {found[key][1]}" for key in common if found[key][1] != expected[key][1]]
-    if wrong_dtypes:
-        model_dtype = expected[common[0]][1] if common else None
-        raise ValueError(
-            f"{weights_path} holds tensors in another dtype than the model's ({model_dtype}): "
-            f"{'; '.join(wrong_dtypes[:3])}{f' (and {len(wrong_dtypes) - 3} more)' if len(wrong_dtypes) > 3 else ''}. "
-            "Nothing is cast silently: pass dtype= (e.g. dtype=torch.float16) to build the model in the file's dtype."
-        )
-    _check_finite(weights_path)
-
-
-def _check_finite(path: Path) -> None:
-    """Raise naming the tensors that hold NaN or infinity: their bytes were damaged, or training diverged."""
-    with safe_open(path, framework="pt") as f:
-        bad = [key for key in f.keys() if (t := f.get_tensor(key)).is_floating_point() and not t.isfinite().all()]
-    if bad:
-        raise ValueError(
-            f"{path} holds non-finite values (NaN or infinity) in {len(bad)} tensor(s): "
-            f"{', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}. The file is corrupt or the weights diverged: "
-            "download it again or use an earlier checkpoint."
+            f"{path} holds tensors in another dtype than the model's ({dtype}): {'; '.join(other[:3])}"
+            f"{f' (and {len(other) - 3} more)' if len(other) > 3 else ''}. Nothing is cast silently: pass dtype= "
+            "(e.g. dtype=torch.float16) to build the model in the file's dtype."
         )
 
 
@@ -498,12 +427,13 @@ def from_pretrained(
 ) -> nn.Module:
     """Create a model from a folder ``save_pretrained`` wrote or from a Hub repo, with its weights.
 
-    The same as ``timm.create_model("local-dir:PATH" | "hf-hub:ORG/NAME", pretrained=True, **kwargs)``, after checks
-    that turn bad input into an error naming the file or key at fault, raised before any weights are read:
-    ``config.json`` must be timm's hub config with an architecture timm knows, ``model.safetensors`` a complete
-    safetensors file (pickled weights are refused, never loaded), and its tensors those of the model ``config.json``
-    describes. Offline (``HF_HUB_OFFLINE=1``) a Hub repo loads from the local cache. A folder written by iris_timm
-    0.1, whose architecture today's defaults do not build, is refused with its version named.
+    The same as ``timm.create_model("local-dir:PATH" | "hf-hub:ORG/NAME", pretrained=True, **kwargs)`` (one model
+    built, its weights read once), after checks that turn bad input into an error naming the file or key at fault,
+    raised before any weights are read: ``config.json`` must be timm's hub config with an architecture timm knows,
+    written by a version of iris_timm that builds it; ``model.safetensors`` a complete safetensors file (pickled
+    weights are refused, never loaded) whose floating tensors are in the model's dtype. While timm loads them, an
+    iris model's ``checkpoint_filter_fn`` refuses weights whose names or shapes do not fit the model, or that hold
+    NaN or infinity. Offline (``HF_HUB_OFFLINE=1``) a Hub repo loads from the local cache.
 
     Args:
         name_or_path: ``"local-dir:PATH"``, ``"hf-hub:ORG/NAME[@REVISION]"``, a folder, or a Hub repo id
@@ -520,8 +450,9 @@ def from_pretrained(
     Raises:
         FileNotFoundError: a missing folder or file, or a folder holding only pickled weights.
         NotADirectoryError: a file where a folder is expected.
-        ValueError: an invalid ``config.json``, a truncated or corrupt ``model.safetensors``, weights whose names,
-            shapes or dtypes do not fit the model, or weights holding NaN or infinity.
+        ValueError: an invalid ``config.json``, model_args timm cannot build, a truncated or corrupt
+            ``model.safetensors``, weights in another dtype, and, for iris models, weights whose names or shapes do
+            not fit the model or that hold NaN or infinity.
     """
     source, location = _parse_source(name_or_path)
     if source == "local-dir":
@@ -535,6 +466,11 @@ def from_pretrained(
         # Pinned to the commit the checked files came from.
         model_name = f"hf-hub:{_split_revision(location)[0]}@{snapshot.name}"
     config = _read_config(config_path)
-    dtype_args = {"dtype": kwargs["dtype"]} if kwargs.get("dtype") is not None else {}
-    _check_weights(weights_path, config_path, config, model_name, cache_dir, dtype_args)
-    return timm.create_model(model_name, pretrained=True, cache_dir=cache_dir, **kwargs)
+    _check_weights_file(weights_path, kwargs.get("dtype") or torch.get_default_dtype())
+    try:
+        return timm.create_model(model_name, pretrained=True, cache_dir=cache_dir, **kwargs)
+    except TypeError as e:  # an argument the model does not take
+        raise ValueError(
+            f"{config_path}: timm cannot build {config['architecture']!r} with model_args "
+            f"{config.get('model_args', {})}: {e}. Correct model_args, or save the model again."
+        ) from e

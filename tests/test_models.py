@@ -1,6 +1,6 @@
 """What timm's own tests/test_models.py does not check on the iris_* models (.ci/timm_tests.py runs that suite on
 them: forward, backward, default cfgs, TorchScript, features, intermediates, torch.fx): their sizes, pruning,
-compilation, optimizer groups, the block variants, any resolution, bad input, autocast and plain torch.fx tracing.
+compilation, optimizer groups, the ablation switch, any resolution, bad input, autocast and plain torch.fx tracing.
 """
 
 import math
@@ -16,13 +16,9 @@ import iris_timm
 from iris_timm.layers import (
     ConvectionDiffusionReaction2d,
     DepthwiseConv,
-    GlobalOnly,
-    HeatMixer,
     LocalPlusGlobal,
-    LocalThenGlobal,
-    PDESSMMixer,
+    ModesConvectionDiffusionReaction2d,
 )
-from iris_timm.models.pdessm import GatedBlock, MetaFormerBlock
 
 MODELS = timm.list_models("iris_*")
 FEAT_SIZE = 96  # timm: 96
@@ -109,40 +105,22 @@ def test_model_options():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "block_class", "spatial_class"),
-    [
-        ({}, GatedBlock, LocalPlusGlobal),
-        ({"spatial_mix": "sequence"}, GatedBlock, LocalThenGlobal),
-        ({"spatial_mix": "local"}, GatedBlock, DepthwiseConv),
-        ({"spatial_mix": "global"}, GatedBlock, GlobalOnly),
-        ({"block": "heat"}, MetaFormerBlock, HeatMixer),
-        ({"block": "metaformer"}, MetaFormerBlock, PDESSMMixer),
-        ({"block": "metaformer", "operator": "spectral", "token_diff": "global"}, MetaFormerBlock, PDESSMMixer),
-        ({"block": "metaformer", "operator": "pde+spectral", "token_diff": "none"}, MetaFormerBlock, PDESSMMixer),
-        ({"pde_boundary": "periodic", "pde_method": "fft", "pde_modes": 0}, GatedBlock, LocalPlusGlobal),
-        ({"pde_method": "separable", "pde_modes": 3}, GatedBlock, LocalPlusGlobal),
-    ],
+    ("spatial_mix", "spatial_class"),
+    [("both", LocalPlusGlobal), ("local", DepthwiseConv), ("global", ModesConvectionDiffusionReaction2d)],
 )
-def test_block_variants_are_model_arguments(kwargs, block_class, spatial_class):
-    model = timm.create_model("iris_pdessm_test", **kwargs)
-    block = model.stages[0].blocks[0]
-    assert type(block) is block_class
-    assert type(block.spatial if block_class is GatedBlock else block.mixer) is spatial_class
+def test_the_ablation_switch_picks_each_blocks_spatial_filter(spatial_mix, spatial_class):
+    model = timm.create_model("iris_pdessm_test", spatial_mix=spatial_mix, pde_modes=3)
+    filters = [block.spatial for stage in model.stages for block in stage.blocks]
+    assert len(filters) == 4 and all(type(f) is spatial_class for f in filters)
+    assert all(
+        op.modes == 3 and op.num_heads == 4 for op in model.modules() if isinstance(op, ConvectionDiffusionReaction2d)
+    )
     assert model(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "phrase"),
-    [
-        ({"block": "mamba"}, "Unknown block 'mamba'"),
-        ({"spatial_mix": "product"}, "Unknown spatial_mix 'product'"),
-        ({"operator": "spectral"}, "belong to the PDE-SSM mixer: pass block='metaformer'"),
-        ({"block": "heat", "token_diff": "none"}, "belong to the PDE-SSM mixer: pass block='metaformer'"),
-    ],
-)
-def test_unknown_block_options_name_the_choices(kwargs, phrase):
-    with pytest.raises(ValueError, match=phrase):
-        timm.create_model("iris_pdessm_test", **kwargs)
+def test_an_unknown_spatial_mix_names_the_choices():
+    with pytest.raises(ValueError, match=r"Unknown spatial_mix 'sum'; choose one of \('both', 'local', 'global'\)"):
+        timm.create_model("iris_pdessm_test", spatial_mix="sum")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
@@ -266,13 +244,9 @@ def test_features_only_dict_and_list_match_the_intermediates(feature_cls):
         torch.testing.assert_close(got, want)
 
 
-@pytest.mark.parametrize(
-    "kwargs", [{}, {"block": "heat"}, {"block": "metaformer", "operator": "pde+spectral", "token_diff": "local"}]
-)
-def test_plain_torch_fx_traces_every_block_and_the_graph_runs_at_any_size(kwargs):
+def test_plain_torch_fx_traces_the_model_and_the_graph_runs_at_any_size():
     """A bare torch.fx.symbolic_trace and torchvision's create_feature_extractor need no leaf modules."""
-
-    model = timm.create_model("iris_pdessm_test", **kwargs).eval()
+    model = timm.create_model("iris_pdessm_test").eval()
     graph = torch.fx.symbolic_trace(model)
     extractor = create_feature_extractor(model, ["stages.1"])
     for size in (32, 48):  # the graph holds no grid size: the operators are single calls

@@ -82,7 +82,7 @@ def test_a_recipe_that_is_its_own_base_fails(tmp_path):
 
 def test_a_variant_gives_only_the_model_arguments_it_changes(tmp_path):
     (tmp_path / "base.yaml").write_text("model: iris_pdessm_t\nmodel_kwargs: {stem_stride: 2, pde_heads: 4}\n")
-    (tmp_path / "variant.yaml").write_text("base: base.yaml\nmodel_kwargs: {pde_heads: 1, token_diff: none}\n")
+    (tmp_path / "variant.yaml").write_text("base: base.yaml\nmodel_kwargs: {pde_heads: 1, spatial_mix: local}\n")
     (tmp_path / "peer.yaml").write_text("base: base.yaml\nmodel: resnet10t\n")
     (tmp_path / "peer_args.yaml").write_text("base: base.yaml\nmodel: resnet10t\nmodel_kwargs: {stem_width: 16}\n")
     (tmp_path / "of_variant.yaml").write_text("base: variant.yaml\nmodel_kwargs: {stem_stride: 1}\n")
@@ -90,8 +90,8 @@ def test_a_variant_gives_only_the_model_arguments_it_changes(tmp_path):
     def model_kwargs(name: str, *argv: str) -> dict:
         return train.parse_config(["--config", str(tmp_path / name), *argv]).model_kwargs
 
-    assert model_kwargs("variant.yaml") == {"stem_stride": 2, "pde_heads": 1, "token_diff": "none"}
-    assert model_kwargs("of_variant.yaml") == {"stem_stride": 1, "pde_heads": 1, "token_diff": "none"}
+    assert model_kwargs("variant.yaml") == {"stem_stride": 2, "pde_heads": 1, "spatial_mix": "local"}
+    assert model_kwargs("of_variant.yaml") == {"stem_stride": 1, "pde_heads": 1, "spatial_mix": "local"}
     assert model_kwargs("peer.yaml") == {}  # another model's arguments are not the base model's
     assert model_kwargs("peer_args.yaml") == {"stem_width": 16}
     assert model_kwargs("variant.yaml", "--model-kwargs", '{"dims": [8, 16, 24, 32]}') == {"dims": [8, 16, 24, 32]}

@@ -1,17 +1,142 @@
 """The stand-alone PDE-SSM block, compatible with the original block.
 
-"Original" means the first PDE-SSM block this project grew from (a ``PDESSMBlock(dim, spatial_size)`` on token
-sequences, with an FNO-style spectral convolution and a global token differential). This module keeps a drop-in
-replacement for it: the same constructor and call, and it loads the original's state dicts. The backbones in
-:mod:`iris_timm.models` do not use it.
+"Original" means the first PDE-SSM block this project grew from: a ``PDESSMBlock(dim, spatial_size)`` on token
+sequences, with an FNO-style spectral convolution and a global token differential. This module keeps a drop-in
+replacement for it: the same constructor and call, and it loads the original's state dicts. Everything here
+serves that block only; the backbones in :mod:`iris_timm.models` do not use it.
+
+All modules take and return channels-last maps ``(B, H, W, C)``.
 """
 
 import torch
+import torch.nn.functional as F
+from timm.layers import register_notrace_module
 from torch import nn
 
-from .pde_ssm import PDESSMMixer
+from .cdr import create_cdr
 
-__all__ = ["PDESSMBlock"]
+__all__ = [
+    "LEGACY_OPERATORS",
+    "LEGACY_TOKEN_DIFFS",
+    "PDESSMBlock",
+    "PDESSMMixer",
+    "SpectralConv2d",
+    "TokenDifferential",
+]
+
+LEGACY_OPERATORS = ("pde", "spectral")
+LEGACY_TOKEN_DIFFS = ("local", "global", "none")
+
+
+@register_notrace_module  # the grid size selects the kept modes: a leaf for torch.fx
+class SpectralConv2d(nn.Module):
+    """The original block's operator, FNO-style: ``irfft2(W ⊙ rfft2(x))`` with a dense ``C x C`` complex matrix per
+    kept Fourier mode, on a periodic domain.
+
+    Its "modes" are counts of integer frequencies, as in the original: ``modes_h`` keeps the row frequencies
+    ``-modes_h .. modes_h - 1`` and ``modes_w`` the column frequencies ``0 .. modes_w - 1`` (the real FFT stores only
+    non-negative column frequencies), whatever the grid; a grid too small to hold them uses those it has, each
+    once (the original wrote frequency ``-f`` over ``+f`` on grids of fewer than ``2 * modes_h`` rows). Weights are
+    real tensors with a trailing ``(real, imag)`` dimension, as the original's. The FFT runs in float32 with
+    autocast off: half-precision FFTs lose accuracy, and cuFFT refuses them on non-power-of-two sizes.
+    """
+
+    def __init__(self, channels: int, modes_h: int, modes_w: int, device=None, dtype=None):
+        super().__init__()
+        if modes_h < 1 or modes_w < 1:
+            raise ValueError(f"modes_h and modes_w must be >= 1, got {modes_h} and {modes_w}.")
+        self.channels, self.modes_h, self.modes_w = channels, modes_h, modes_w
+        shape = (channels, channels, modes_h, modes_w, 2)  # (C_in, C_out, rows, columns, real/imag)
+        # weight_pos[:, :, i] multiplies row frequency i, weight_neg[:, :, i] row frequency i - modes_h.
+        self.weight_pos = nn.Parameter(torch.randn(shape, device=device, dtype=dtype) / channels**2)
+        self.weight_neg = nn.Parameter(torch.randn(shape, device=device, dtype=dtype) / channels**2)
+
+    def multiply(self, x_ft: torch.Tensor) -> torch.Tensor:
+        """The weights applied to the ``rfft2`` spectrum ``(B, H, W // 2 + 1, C)`` of an ``H``-row input."""
+        height = x_ft.shape[1]
+        # Row frequencies 0 .. ceil(H/2)-1 are non-negative, the other H // 2 rows negative: disjoint.
+        num_pos, num_neg = min(self.modes_h, (height + 1) // 2), min(self.modes_h, height // 2)
+        num_cols = min(self.modes_w, x_ft.shape[2])
+        weight_pos = torch.view_as_complex(self.weight_pos.float())[:, :, :num_pos, :num_cols]
+        weight_neg = torch.view_as_complex(self.weight_neg.float())[:, :, self.modes_h - num_neg :, :num_cols]
+        x_ft = x_ft[:, :, :num_cols]
+        top = torch.einsum("bxyi,ioxy->bxyo", x_ft[:, :num_pos], weight_pos)
+        bottom = torch.einsum("bxyi,ioxy->bxyo", x_ft[:, height - num_neg :], weight_neg)
+        middle = top.new_zeros(top.shape[0], height - num_pos - num_neg, *top.shape[2:])
+        return torch.cat([top, middle, bottom], dim=1)  # columns past num_cols: irfft2 fills zeros
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            x_ft = torch.fft.rfft2(x.float(), dim=(1, 2))  # (B, H, W // 2 + 1, C)
+            y = torch.fft.irfft2(self.multiply(x_ft), s=(x.shape[1], x.shape[2]), dim=(1, 2))
+        return y.to(x.dtype)  # (B, H, W, C)
+
+    def extra_repr(self) -> str:
+        return f"{self.channels}, modes_h={self.modes_h}, modes_w={self.modes_w}"
+
+
+class TokenDifferential(nn.Module):
+    """``x + alpha * (x - mean(x))``, with a learned per-channel ``alpha`` (zero at init): a high-pass residual.
+
+    With ``kernel_size`` (default 3) the mean is over the ``k x k`` neighbourhood (borders average what they
+    have), so ``x - mean(x)`` keeps edges a global mixer would blur; ``kernel_size=None`` subtracts the mean of
+    the whole map, as the original block did.
+    """
+
+    def __init__(self, channels: int, kernel_size: int | None = 3, device=None, dtype=None):
+        super().__init__()
+        if kernel_size is not None and (kernel_size < 1 or kernel_size % 2 == 0):
+            raise ValueError(f"kernel_size must be a positive odd number or None (global mean), got {kernel_size}.")
+        self.kernel_size = kernel_size
+        self.alpha = nn.Parameter(torch.zeros(channels, device=device, dtype=dtype))
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel_size is None:
+            return x.mean((1, 2), keepdim=True)  # (B, 1, 1, C)
+        k = self.kernel_size
+        return F.avg_pool2d(x.permute(0, 3, 1, 2), k, 1, k // 2, count_include_pad=False).permute(0, 2, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.alpha * (x - self.mean(x))  # (B, H, W, C)
+
+
+class PDESSMMixer(nn.Module):
+    """The original block's mixer: ``y = operator(x) + W_local x`` (global mixing plus a pointwise path), the token
+    differential ``y + alpha (y - mean(y))``, then a self-gate ``y * SiLU(W_gate y)``."""
+
+    def __init__(
+        self,
+        dim: int,
+        operator: str = "pde",
+        num_heads: int | None = None,
+        spectral_modes: int = 2,
+        token_diff: str = "local",
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        if operator not in LEGACY_OPERATORS:
+            raise ValueError(f"Unknown operator {operator!r}; choose one of {LEGACY_OPERATORS}.")
+        if token_diff not in LEGACY_TOKEN_DIFFS:
+            raise ValueError(f"Unknown token_diff {token_diff!r}; choose one of {LEGACY_TOKEN_DIFFS}.")
+        dd = {"device": device, "dtype": dtype}
+        if operator == "pde":
+            self.operator = create_cdr(dim, num_heads=num_heads, **dd)
+        else:
+            self.operator = SpectralConv2d(dim, spectral_modes, spectral_modes, **dd)
+        self.local = nn.Linear(dim, dim, **dd)
+        if token_diff == "none":
+            self.token_diff = nn.Identity()
+        else:
+            self.token_diff = TokenDifferential(dim, 3 if token_diff == "local" else None, **dd)
+        self.gate = nn.Linear(dim, dim, **dd)
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.operator(x) + self.local(x)  # (B, H, W, C)
+        x = self.token_diff(x)
+        return x * self.act(self.gate(x))
+
 
 # Keys of the original block's state dict, and where they live here.
 _ORIGINAL_KEYS = {
@@ -23,8 +148,8 @@ _ORIGINAL_KEYS = {
 
 
 def _load_original_keys(module, state_dict, prefix, *args) -> None:
-    """Let a state dict of the original block load: rename its keys and reshape its 1x1-conv
-    weight and token-differential alpha to this block's channels-last layout."""
+    """Let a state dict of the original block load: rename its keys and reshape its 1x1-conv weight and
+    token-differential alpha to this block's channels-last layout."""
     for old, new in _ORIGINAL_KEYS.items():
         for key in [k for k in state_dict if k.startswith(prefix + old)]:
             value = state_dict.pop(key)
@@ -39,16 +164,16 @@ class PDESSMBlock(nn.Module):
     """Pre-norm residual PDE-SSM block on token sequences: ``x + mixer(norm(x))``.
 
     A drop-in replacement for the original block, with the same constructor and call
-    (``PDESSMBlock(dim, spatial_size)(x, H, W)`` on ``(B, N, D)``); it also loads the original
-    block's state dicts. What changed: the default operator is the convection–diffusion–reaction
-    operator the original docstring promised, with an open boundary; it runs on any ``H, W >= 1``; the token
-    differential is local. ``operator='spectral', token_diff='global'`` gives the original computation
-    (dense ``dim x dim`` weights on ``max(2, spatial_size // 2)`` modes), fixed for small grids.
+    (``PDESSMBlock(dim, spatial_size)(x, H, W)`` on ``(B, N, D)``); it also loads the original block's state dicts.
+    What changed: the default operator is the convection–diffusion–reaction operator the original docstring
+    promised, with an open boundary; it runs on any ``H, W >= 1``; the token differential is local.
+    ``operator='spectral', token_diff='global'`` gives the original computation (dense ``dim x dim`` weights on
+    ``max(2, spatial_size // 2)`` modes), fixed for small grids.
 
     Args:
         dim: channels ``D``.
         spatial_size: only sets the mode count of the ``'spectral'`` operator; any grid runs.
-        operator: ``'pde'``, ``'spectral'`` or ``'pde+spectral'``.
+        operator: ``'pde'`` or ``'spectral'``.
         num_heads: heads of PDE coefficients (``None``: one per channel).
         token_diff: ``'local'`` (3x3 mean), ``'global'`` (the original) or ``'none'``.
     """
@@ -66,15 +191,7 @@ class PDESSMBlock(nn.Module):
         super().__init__()
         dd = {"device": device, "dtype": dtype}
         self.norm = nn.LayerNorm(dim, **dd)
-        self.mixer = PDESSMMixer(
-            dim,
-            operator,
-            pde_heads=num_heads,
-            spectral_modes=max(2, spatial_size // 2),
-            spectral_depthwise=False,
-            token_diff=token_diff,
-            **dd,
-        )
+        self.mixer = PDESSMMixer(dim, operator, num_heads, max(2, spatial_size // 2), token_diff, **dd)
         self.register_load_state_dict_pre_hook(_load_original_keys)
 
     def forward(self, x: torch.Tensor, H: int, W: int) -> torch.Tensor:

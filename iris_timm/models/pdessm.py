@@ -2,11 +2,11 @@
 
 A hierarchical 4-stage backbone (stride 4/8/16/32) whose blocks pair a learned local filter with a global one:
 a learnable convection–diffusion–reaction operator (:mod:`iris_timm.layers.cdr`, linear in the number of tokens,
-open image edges, any resolution). The default block is gated (MambaOut's design): one norm, one expanding linear
-split into gate, identity and spatial channels, a depthwise conv plus the PDE operator on the spatial channels,
-and one projecting linear. ``block='metaformer'`` (the 0.1 design: PDE-SSM mixer then MLP) and ``block='heat'``
-(vHeat-style mixer then MLP) remain for comparison. Features stay channels-last ``(B, H, W, C)`` inside the
-network; ``forward_intermediates`` returns NCHW by default, like timm's other channels-last models.
+open image edges, any resolution). Each block is gated (MambaOut's design): one norm, one expanding linear split
+into gate, identity and spatial channels, a depthwise conv plus the PDE operator on the spatial channels, and one
+projecting linear. ``spatial_mix`` keeps one of the two filters for ablations. Features stay channels-last
+``(B, H, W, C)`` inside the network; ``forward_intermediates`` returns NCHW by default, like timm's other
+channels-last models.
 
 Every registered name starts with ``iris_``. Pretrained weights, once published, follow the hub id
 scheme ``iris-timm/<model name>.<tag>`` (for example ``iris-timm/iris_pdessm_s.in1k``), set through
@@ -26,7 +26,6 @@ from timm.layers import (
     DropPath,
     LayerNorm,
     LayerScale,
-    Mlp,
     calculate_drop_path_rates,
     get_act_layer,
     get_device_dtype,
@@ -42,18 +41,9 @@ from timm.models import (
 from timm.models._features import feature_take_indices
 from torch import nn
 
-from ..layers import (
-    ConvectionDiffusionReaction2d,
-    DepthwiseConv,
-    GlobalOnly,
-    HeatMixer,
-    LocalPlusGlobal,
-    LocalThenGlobal,
-    PDESSMMixer,
-    SpectralConv2d,
-)
+from ..layers import SPATIAL_MIXES, ConvectionDiffusionReaction2d, create_spatial_filter
 
-__all__ = ["BLOCKS", "GatedBlock", "IrisPDESSM", "MetaFormerBlock"]
+__all__ = ["GatedBlock", "IrisPDESSM"]
 
 
 @register_notrace_function
@@ -161,47 +151,12 @@ class Downsample(nn.Module):
         return self.norm(x)
 
 
-class MetaFormerBlock(nn.Module):
-    """MetaFormer block: ``x + drop_path(ls(mixer(norm(x))))``, then ``x + drop_path(ls(mlp(norm(x))))``.
-
-    ``mixer_layer`` builds the token mixer from the width: the PDE-SSM mixer, or the vHeat-style mixer.
-    """
-
-    def __init__(
-        self,
-        dim: int,
-        mixer_layer: Callable[..., nn.Module],
-        mlp_ratio: float = 4.0,
-        ls_init_value: float | None = 1e-6,
-        drop_path: float = 0.0,
-        act_layer: type[nn.Module] = nn.GELU,
-        norm_layer: type[nn.Module] = LayerNorm,
-        device=None,
-        dtype=None,
-    ):
-        super().__init__()
-        dd = {"device": device, "dtype": dtype}
-        self.norm1 = norm_layer(dim, **dd)
-        self.mixer = mixer_layer(dim, **dd)
-        self.ls1 = LayerScale(dim, ls_init_value, **dd) if ls_init_value is not None else nn.Identity()
-        self.drop_path1 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
-        self.norm2 = norm_layer(dim, **dd)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, **dd)
-        self.ls2 = LayerScale(dim, ls_init_value, **dd) if ls_init_value is not None else nn.Identity()
-        self.drop_path2 = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path1(self.ls1(self.mixer(self.norm1(x))))  # (B, H, W, C)
-        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
-        return x
-
-
 class GatedBlock(nn.Module):
     """Gated block (MambaOut's design, with a local and a global spatial filter): one norm, one residual.
 
     ``norm -> fc1 -> split (gate, identity, spatial) -> spatial filter -> act(gate) * cat(identity, spatial)
     -> fc2``, added to the input. ``fc1`` expands to ``2 * expansion_ratio * dim``; ``dim`` of the expanded
-    channels pass through the spatial filter (``spatial_layer``: depthwise conv with the PDE operator).
+    channels pass through the spatial filter (``spatial_layer``: :func:`iris_timm.layers.create_spatial_filter`).
     """
 
     def __init__(
@@ -240,52 +195,8 @@ class GatedBlock(nn.Module):
         return shortcut + self.drop_path(self.ls(self.fc2(x)))
 
 
-BLOCKS = ("gated", "metaformer", "heat")
-SPATIAL_MIXES = {"sum": LocalPlusGlobal, "sequence": LocalThenGlobal, "local": DepthwiseConv, "global": GlobalOnly}
-
-
-def block_layer(
-    block: str,
-    mlp_ratio: float,
-    expansion_ratio: float,
-    kernel_size: int,
-    spatial_mix: str,
-    operator: str,
-    spectral_modes: int,
-    token_diff: str,
-    norm_layer: type[nn.Module],
-    **pde_args: Any,
-) -> Callable[..., nn.Module]:
-    """The block constructor for ``block`` with its own arguments bound; it then takes
-    ``(dim, drop_path=..., ls_init_value=..., act_layer=..., device=..., dtype=...)``."""
-    if block != "metaformer" and (operator, token_diff) != ("pde", "local"):
-        raise ValueError(
-            f"operator={operator!r} and token_diff={token_diff!r} belong to the PDE-SSM mixer: pass block='metaformer' "
-            f"with them (block={block!r} always uses the PDE operator)."
-        )
-    if block == "gated":
-        if spatial_mix not in SPATIAL_MIXES:
-            raise ValueError(f"Unknown spatial_mix {spatial_mix!r}; choose one of {tuple(SPATIAL_MIXES)}.")
-        if spatial_mix == "local":  # the ablation without the operator: MambaOut's block
-            spatial = partial(DepthwiseConv, kernel_size=kernel_size)
-        elif spatial_mix == "global":  # the ablation without the depthwise conv
-            spatial = partial(GlobalOnly, norm_layer=norm_layer, **pde_args)
-        else:
-            spatial = partial(SPATIAL_MIXES[spatial_mix], kernel_size=kernel_size, norm_layer=norm_layer, **pde_args)
-        return partial(GatedBlock, spatial_layer=spatial, expansion_ratio=expansion_ratio, norm_layer=norm_layer)
-    if block == "metaformer":
-        mixer = partial(
-            PDESSMMixer, operator=operator, spectral_modes=spectral_modes, token_diff=token_diff, **pde_args
-        )
-        return partial(MetaFormerBlock, mixer_layer=mixer, mlp_ratio=mlp_ratio, norm_layer=norm_layer)
-    if block == "heat":
-        mixer = partial(HeatMixer, norm_layer=norm_layer, **pde_args)
-        return partial(MetaFormerBlock, mixer_layer=mixer, mlp_ratio=mlp_ratio, norm_layer=norm_layer)
-    raise ValueError(f"Unknown block {block!r}; choose one of {BLOCKS}.")
-
-
 class IrisStage(nn.Module):
-    """Optional downsample, then ``depth`` blocks built by ``block_fn`` (see :func:`block_layer`)."""
+    """Optional downsample, then ``depth`` gated blocks."""
 
     def __init__(
         self,
@@ -294,7 +205,8 @@ class IrisStage(nn.Module):
         depth: int,
         downsample: bool,
         drop_path: list[float],
-        block_fn: Callable[..., nn.Module],
+        spatial_layer: Callable[..., nn.Module],
+        expansion_ratio: float = 8 / 3,
         norm_layer: type[nn.Module] = LayerNorm,
         device=None,
         dtype=None,
@@ -305,7 +217,18 @@ class IrisStage(nn.Module):
         self.grad_checkpointing = False
         self.downsample = Downsample(dim, dim_out, norm_layer, **dd) if downsample else nn.Identity()
         self.blocks = nn.Sequential(
-            *[block_fn(dim_out, drop_path=drop_path[i], **block_kwargs, **dd) for i in range(depth)]
+            *[
+                GatedBlock(
+                    dim_out,
+                    spatial_layer,
+                    expansion_ratio,
+                    drop_path=drop_path[i],
+                    norm_layer=norm_layer,
+                    **block_kwargs,
+                    **dd,
+                )
+                for i in range(depth)
+            ]
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -319,7 +242,9 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_architecture(depths: tuple[int, ...], dims: tuple[int, ...], kernel_size: int, pde_modes: int) -> None:
+def check_architecture(
+    depths: tuple[int, ...], dims: tuple[int, ...], kernel_size: int, spatial_mix: str, pde_modes: int
+) -> None:
     """Reject model arguments that would build a model whose forward fails, saying what is accepted."""
     if len(depths) != len(dims):
         raise ValueError(f"depths {depths} and dims {dims} must have the same length.")
@@ -332,6 +257,8 @@ def check_architecture(depths: tuple[int, ...], dims: tuple[int, ...], kernel_si
             "kernel_size must be an odd whole number >= 1 (the depthwise conv keeps the grid size), "
             f"got {kernel_size!r}."
         )
+    if spatial_mix not in SPATIAL_MIXES:
+        raise ValueError(f"Unknown spatial_mix {spatial_mix!r}; choose one of {SPATIAL_MIXES}.")
     if not _is_int(pde_modes) or pde_modes < 0:
         raise ValueError(f"pde_modes must be a whole number >= 0 (0 keeps every mode), got {pde_modes!r}.")
 
@@ -345,24 +272,13 @@ class IrisPDESSM(nn.Module):
         global_pool: ``'avg'``, ``'max'``, ``'avgmax'`` or ``''`` (no pooling).
         depths: blocks per stage.
         dims: channels per stage.
-        block: ``'gated'`` (the default: MambaOut-style gated block whose spatial filter is a depthwise conv with
-            the PDE operator), ``'metaformer'`` (PDE-SSM mixer then MLP, the 0.1 design) or ``'heat'``
-            (vHeat-style mixer then MLP).
-        expansion_ratio: gated block: ``fc1`` expands to ``2 * expansion_ratio * dim`` (gate and value halves).
-        kernel_size: gated block: the depthwise conv's kernel size.
-        spatial_mix: gated block: ``'sum'`` (``dwconv(x) + norm(pde(x))``), ``'sequence'``
-            (``norm(pde(dwconv(x)))``), or the ablations ``'local'`` (``dwconv(x)``: MambaOut's block) and
-            ``'global'`` (``norm(pde(x))``).
-        mlp_ratio: metaformer and heat blocks: MLP hidden width over block width.
-        operator: metaformer block: ``'pde'``, ``'spectral'`` (GFNet-style learned weights on ``spectral_modes``
-            low modes per channel) or ``'pde+spectral'``.
-        pde_heads: channels share PDE coefficients in this many heads per block; ``None``: per channel.
-        pde_boundary: ``'open'`` (zero outside the image) or ``'periodic'``.
+        expansion_ratio: ``fc1`` expands to ``2 * expansion_ratio * dim`` (gate and value halves).
+        kernel_size: the depthwise conv's kernel size.
+        spatial_mix: what each block's spatial filter holds: ``'both'`` (``dwconv(x) + CDR(x)``, the design), or the
+            ablations ``'local'`` (``dwconv(x)``: MambaOut's block) and ``'global'`` (``CDR(x)``).
+        pde_heads: channels share PDE coefficients in this many heads per block; ``None``: one set per channel.
         pde_modes: the PDE operator's content-frequency cut-off (see :mod:`iris_timm.layers.cdr`); ``0`` keeps
             every mode with no resolution floor.
-        pde_method: how the PDE operator is computed: ``'modes'``, ``'separable'`` or ``'fft'`` (same result).
-        spectral_modes: modes kept by the ``'spectral'`` operator (a fixed count, any grid runs).
-        token_diff: metaformer block: ``'local'`` (3x3 high-pass), ``'global'`` (minus the global mean) or ``'none'``.
         stem_stride: 4 for ImageNet-sized inputs; 2 or 1 for small images such as CIFAR's 32x32.
         ls_init_value: initial layer scale; ``None`` disables layer scale.
         drop_rate: dropout before the classifier.
@@ -376,18 +292,11 @@ class IrisPDESSM(nn.Module):
         global_pool: str = "avg",
         depths: tuple[int, ...] = (3, 4, 15, 3),
         dims: tuple[int, ...] = (64, 128, 320, 512),
-        block: str = "gated",
         expansion_ratio: float = 8 / 3,
         kernel_size: int = 7,
-        spatial_mix: str = "sum",
-        mlp_ratio: float = 4.0,
-        operator: str = "pde",
+        spatial_mix: str = "both",
         pde_heads: int | None = None,
-        pde_boundary: str = "open",
         pde_modes: int = 6,
-        pde_method: str = "modes",
-        spectral_modes: int = 8,
-        token_diff: str = "local",
         stem_stride: int = 4,
         ls_init_value: float | None = None,
         act_layer: str | type[nn.Module] = nn.GELU,
@@ -398,7 +307,7 @@ class IrisPDESSM(nn.Module):
         dtype=None,
     ):
         super().__init__()
-        check_architecture(depths, dims, kernel_size, pde_modes)
+        check_architecture(depths, dims, kernel_size, spatial_mix, pde_modes)
         dd = {"device": device, "dtype": dtype}
         act_layer = get_act_layer(act_layer)
         self.num_classes = num_classes
@@ -409,20 +318,12 @@ class IrisPDESSM(nn.Module):
         self.min_input_size = stem_stride
 
         self.stem = Stem(in_chans, dims[0], stem_stride, act_layer=act_layer, norm_layer=norm_layer, **dd)
-        block_fn = block_layer(
-            block,
-            mlp_ratio=mlp_ratio,
-            expansion_ratio=expansion_ratio,
-            kernel_size=kernel_size,
+        spatial_layer = partial(
+            create_spatial_filter,
             spatial_mix=spatial_mix,
-            operator=operator,
-            spectral_modes=spectral_modes,
-            token_diff=token_diff,
-            norm_layer=norm_layer,
-            pde_heads=pde_heads,
-            pde_boundary=pde_boundary,
-            pde_modes=pde_modes,
-            pde_method=pde_method,
+            kernel_size=kernel_size,
+            num_heads=pde_heads,
+            modes=pde_modes,
         )
         drop_path_rates = calculate_drop_path_rates(drop_path_rate, depths, stagewise=True)
         self.stages = nn.Sequential()
@@ -437,7 +338,8 @@ class IrisPDESSM(nn.Module):
                     depth,
                     downsample=i > 0,
                     drop_path=drop_path_rates[i],
-                    block_fn=block_fn,
+                    spatial_layer=spatial_layer,
+                    expansion_ratio=expansion_ratio,
                     norm_layer=norm_layer,
                     ls_init_value=ls_init_value,
                     act_layer=act_layer,
@@ -460,11 +362,11 @@ class IrisPDESSM(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
-        """The PDE coefficients and spectral weights define operators, not feature detectors: not decayed."""
+        """The PDE coefficients define an operator, not feature detectors: not decayed."""
         return {
             f"{module_name}.{param_name}"
             for module_name, module in self.named_modules()
-            if isinstance(module, (ConvectionDiffusionReaction2d, SpectralConv2d))
+            if isinstance(module, ConvectionDiffusionReaction2d)
             for param_name, _ in module.named_parameters(recurse=False)
         }
 
@@ -563,14 +465,47 @@ class IrisPDESSM(nn.Module):
         return self.forward_head(x)
 
 
+def _adapted_by_timm(model: IrisPDESSM) -> set[str]:
+    """Keys whose saved shapes timm's loader changes after this filter: the classifier when the model has another
+    number of classes than the weights (a new head), the first conv when it has other input channels (adapted)."""
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    adapted = set()
+    if model.num_classes != cfg.get("num_classes", model.num_classes):
+        adapted |= {f"{cfg['classifier']}.weight", f"{cfg['classifier']}.bias"}
+    if model.in_chans != (cfg.get("input_size") or (model.in_chans,))[0]:
+        adapted.add(f"{cfg['first_conv']}.weight")
+    return adapted
+
+
+def _check_names_and_shapes(state_dict: dict[str, torch.Tensor], model: IrisPDESSM) -> None:
+    own = model.state_dict()
+    skip = _adapted_by_timm(model)
+    problems = [f"{key} is missing" for key in sorted(own.keys() - state_dict.keys() - skip)]
+    problems += [f"{key} is not in the model" for key in sorted(state_dict.keys() - own.keys() - skip)]
+    problems += [
+        f"{key} has shape {list(state_dict[key].shape)}, the model {list(own[key].shape)}"
+        for key in sorted(own.keys() & state_dict.keys() - skip)
+        if state_dict[key].shape != own[key].shape
+    ]
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        architecture = getattr(model, "pretrained_cfg", {}).get("architecture", type(model).__name__)
+        raise ValueError(
+            f"The weights do not fit {architecture!r} as its model_args build it: {'; '.join(problems[:3])}{more}. "
+            "Save the model again with iris_timm.save_pretrained, or correct model_args in its config.json."
+        )
+
+
 def checkpoint_filter_fn(state_dict: dict[str, torch.Tensor], model: IrisPDESSM) -> dict[str, torch.Tensor]:
     """Accept a bare state dict or a training checkpoint that wraps it under 'model' or 'state_dict'; refuse
-    weights in another dtype than the model's, floating or integer (loading would cast them silently), or holding
-    NaN or infinity."""
+    weights that do not fit the model (names, shapes), in another dtype than the model's, floating or integer
+    (loading would cast them silently), or holding NaN or infinity. timm's loaders (``pretrained=True`` with
+    ``local-dir:``, ``hf-hub:`` or a file) call it on the model they built, so each refusal names what is wrong."""
     for key in ("model", "state_dict"):
         if key in state_dict and isinstance(state_dict[key], dict):
             state_dict = state_dict[key]
             break
+    _check_names_and_shapes(state_dict, model)
     own = model.state_dict()
     other_dtype = [
         f"{key} is {tensor.dtype}"
@@ -589,7 +524,8 @@ def checkpoint_filter_fn(state_dict: dict[str, torch.Tensor], model: IrisPDESSM)
     if non_finite:
         raise ValueError(
             f"The weights hold NaN or infinity in {', '.join(non_finite[:3])}"
-            f"{f' (and {len(non_finite) - 3} more)' if len(non_finite) > 3 else ''}: refusing to load them."
+            f"{f' (and {len(non_finite) - 3} more)' if len(non_finite) > 3 else ''}: refusing to load them. The "
+            "file is corrupt or training diverged: download it again or use an earlier checkpoint."
         )
     return state_dict
 
