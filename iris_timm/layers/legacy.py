@@ -9,7 +9,6 @@ All modules take and return channels-last maps ``(B, H, W, C)``.
 """
 
 import torch
-import torch.nn.functional as F
 from timm.layers import register_notrace_module
 from torch import nn
 
@@ -87,17 +86,15 @@ class TokenDifferential(nn.Module):
         super().__init__()
         if kernel_size is not None and (kernel_size < 1 or kernel_size % 2 == 0):
             raise ValueError(f"kernel_size must be a positive odd number or None (global mean), got {kernel_size}.")
-        self.kernel_size = kernel_size
         self.alpha = nn.Parameter(torch.zeros(channels, device=device, dtype=dtype))
-
-    def mean(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel_size is None:
-            return x.mean((1, 2), keepdim=True)  # (B, 1, 1, C)
-        k = self.kernel_size
-        return F.avg_pool2d(x.permute(0, 3, 1, 2), k, 1, k // 2, count_include_pad=False).permute(0, 2, 3, 1)
+        if kernel_size is None:
+            self.mean = nn.AdaptiveAvgPool2d(1)  # (B, C, 1, 1), broadcast over the map
+        else:
+            self.mean = nn.AvgPool2d(kernel_size, 1, kernel_size // 2, count_include_pad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.alpha * (x - self.mean(x))  # (B, H, W, C)
+        mean = self.mean(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+        return x + self.alpha * (x - mean)  # (B, H, W, C)
 
 
 class PDESSMMixer(nn.Module):

@@ -477,8 +477,9 @@ def _adapted_by_timm(model: IrisPDESSM) -> set[str]:
     return adapted
 
 
-def _check_names_and_shapes(state_dict: dict[str, torch.Tensor], model: IrisPDESSM) -> None:
-    own = model.state_dict()
+def _check_names_and_shapes(
+    state_dict: dict[str, torch.Tensor], own: dict[str, torch.Tensor], model: IrisPDESSM
+) -> None:
     skip = _adapted_by_timm(model)
     problems = [f"{key} is missing" for key in sorted(own.keys() - state_dict.keys() - skip)]
     problems += [f"{key} is not in the model" for key in sorted(state_dict.keys() - own.keys() - skip)]
@@ -505,8 +506,8 @@ def checkpoint_filter_fn(state_dict: dict[str, torch.Tensor], model: IrisPDESSM)
         if key in state_dict and isinstance(state_dict[key], dict):
             state_dict = state_dict[key]
             break
-    _check_names_and_shapes(state_dict, model)
     own = model.state_dict()
+    _check_names_and_shapes(state_dict, own, model)
     other_dtype = [
         f"{key} is {tensor.dtype}"
         for key, tensor in state_dict.items()
