@@ -436,7 +436,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     model = from_pretrained(f"local-dir:{pde_run}")
     if not pde_operators(model):
-        raise SystemExit(f"{pde_run} holds a model without PDE operators; pass --pde-run with an operator='pde' run.")
+        raise SystemExit(
+            f"{pde_run} holds a model without PDE operators; pass --pde-run with a run whose model has them "
+            "(not spatial_mix='local')."
+        )
     plot_pde_coefficients(model, args.out / "pde_coefficients.png")
     plot_pde_kernels(model, args.out / "pde_kernels.png")
     print(f"Wrote results.md and the pictures to {args.out}")

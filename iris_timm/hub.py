@@ -389,31 +389,55 @@ def _read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-# safetensors' names of floating dtypes (the header's "dtype" field) as torch dtypes.
-SAFETENSORS_FLOAT_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+# safetensors' dtype names (the header's "dtype" field) as torch dtypes.
+SAFETENSORS_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
 
 
-def _check_weights_file(path: Path, dtype: torch.dtype) -> None:
-    """Read the safetensors header only: the file must be complete (``safe_open`` checks that it covers every tensor)
-    and its floating tensors in ``dtype``, the model's. Nothing is cast silently, whatever the model."""
+def _file_dtypes(path: Path) -> dict[str, torch.dtype | str]:
+    """Each tensor's dtype, from the safetensors header alone (a str for dtypes torch lacks); ``safe_open`` also
+    checks that the file covers every tensor."""
     try:
         with safe_open(path, framework="pt") as f:
-            dtypes = {key: f.get_slice(key).get_dtype() for key in f.keys()}
+            names = {key: f.get_slice(key).get_dtype() for key in f.keys()}
     except SafetensorError as e:
         raise ValueError(
             f"{path} is not a readable safetensors file ({e}): it is truncated or corrupt. Download it or save the "
             "model again."
         ) from e
+    return {key: SAFETENSORS_DTYPES.get(name, name) for key, name in names.items()}
+
+
+def _refuse_other_dtypes(path: Path, found: dict[str, torch.dtype | str], expected: dict[str, torch.dtype]) -> None:
     other = [
-        f"{key} is {SAFETENSORS_FLOAT_DTYPES[name]}"
-        for key, name in dtypes.items()
-        if name in SAFETENSORS_FLOAT_DTYPES and SAFETENSORS_FLOAT_DTYPES[name] != dtype
+        f"{key} is {found[key]}, the model's {expected[key]}"
+        for key in sorted(found.keys() & expected.keys())
+        if found[key] != expected[key]
     ]
     if other:
+        more = f" (and {len(other) - 3} more)" if len(other) > 3 else ""
         raise ValueError(
-            f"{path} holds tensors in another dtype than the model's ({dtype}): {'; '.join(other[:3])}"
-            f"{f' (and {len(other) - 3} more)' if len(other) > 3 else ''}. Nothing is cast silently: pass dtype= "
-            "(e.g. dtype=torch.float16) to build the model in the file's dtype."
+            f"{path} holds tensors in another dtype than the model's: {'; '.join(other[:3])}{more}. Nothing is cast "
+            "silently: pass dtype= (e.g. dtype=torch.float16) to build the model in the file's dtype."
+        )
+
+
+def _refuse_non_finite(path: Path, state_dict: dict[str, torch.Tensor]) -> None:
+    bad = [key for key, t in state_dict.items() if t.is_floating_point() and not t.isfinite().all()]
+    if bad:
+        raise ValueError(
+            f"{path} holds NaN or infinity in {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}: refusing to load "
+            "them. The file is corrupt or the weights diverged: download it again or use an earlier checkpoint."
         )
 
 
@@ -432,8 +456,9 @@ def from_pretrained(
     raised before any weights are read: ``config.json`` must be timm's hub config with an architecture timm knows,
     written by a version of iris_timm that builds it; ``model.safetensors`` a complete safetensors file (pickled
     weights are refused, never loaded) whose floating tensors are in the model's dtype. While timm loads them, an
-    iris model's ``checkpoint_filter_fn`` refuses weights whose names or shapes do not fit the model, or that hold
-    NaN or infinity. Offline (``HF_HUB_OFFLINE=1``) a Hub repo loads from the local cache.
+    iris model's ``checkpoint_filter_fn`` refuses weights whose names or shapes do not fit the model, in another
+    dtype, or holding NaN or infinity; another timm model is checked for the last two once loaded. Offline
+    (``HF_HUB_OFFLINE=1``) a Hub repo loads from the local cache.
 
     Args:
         name_or_path: ``"local-dir:PATH"``, ``"hf-hub:ORG/NAME[@REVISION]"``, a folder, or a Hub repo id
@@ -451,8 +476,8 @@ def from_pretrained(
         FileNotFoundError: a missing folder or file, or a folder holding only pickled weights.
         NotADirectoryError: a file where a folder is expected.
         ValueError: an invalid ``config.json``, model_args timm cannot build, a truncated or corrupt
-            ``model.safetensors``, weights in another dtype, and, for iris models, weights whose names or shapes do
-            not fit the model or that hold NaN or infinity.
+            ``model.safetensors``, weights in another dtype or holding NaN or infinity, and, for iris models,
+            weights whose names or shapes do not fit the model.
     """
     source, location = _parse_source(name_or_path)
     if source == "local-dir":
@@ -466,11 +491,21 @@ def from_pretrained(
         # Pinned to the commit the checked files came from.
         model_name = f"hf-hub:{_split_revision(location)[0]}@{snapshot.name}"
     config = _read_config(config_path)
-    _check_weights_file(weights_path, kwargs.get("dtype") or torch.get_default_dtype())
+    found = _file_dtypes(weights_path)
+    dtype = kwargs.get("dtype") or torch.get_default_dtype()
+    floating = {key: dtype for key, d in found.items() if isinstance(d, torch.dtype) and d.is_floating_point}
+    _refuse_other_dtypes(weights_path, found, floating)  # the header tells: before any weights are read
     try:
-        return timm.create_model(model_name, pretrained=True, cache_dir=cache_dir, **kwargs)
+        model = timm.create_model(model_name, pretrained=True, cache_dir=cache_dir, **kwargs)
     except TypeError as e:  # an argument the model does not take
         raise ValueError(
             f"{config_path}: timm cannot build {config['architecture']!r} with model_args "
             f"{config.get('model_args', {})}: {e}. Correct model_args, or save the model again."
         ) from e
+    # An iris model's checkpoint_filter_fn checked the weights as they loaded; another model's loaded values are
+    # checked here, against the file's dtypes (load_state_dict casts) and for NaN or infinity.
+    if not config["architecture"].startswith("iris_"):
+        state_dict = model.state_dict()
+        _refuse_other_dtypes(weights_path, found, {key: t.dtype for key, t in state_dict.items()})
+        _refuse_non_finite(weights_path, state_dict)
+    return model

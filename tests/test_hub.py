@@ -520,6 +520,21 @@ def test_save_pretrained_writes_any_timm_model_that_timm_loads_back(tmp_path):
         torch.testing.assert_close(loaded(x), peer(x), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("change", ["int8", "nan"])
+def test_from_pretrained_checks_another_timm_models_weights_too(tmp_path, change):
+    folder = iris_timm.save_pretrained(timm.create_model("test_resnet", num_classes=3), tmp_path / "peer")
+    weights = safetensors.torch.load_file(folder / "model.safetensors")
+    if change == "int8":
+        weights["fc.weight"] = weights["fc.weight"].to(torch.int8)  # the header's floats are fine; load would cast
+        phrase = r"another dtype than the model's: fc\.weight is torch\.int8, the model's torch\.float32\. Nothing is"
+    else:
+        weights["fc.weight"][0, 0] = float("nan")
+        phrase = r"holds NaN or infinity in fc\.weight: refusing to load them"
+    safetensors.torch.save_file(weights, folder / "model.safetensors")
+    with pytest.raises(ValueError, match=phrase):
+        iris_timm.from_pretrained(folder)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "phrases"),
     [
@@ -588,7 +603,7 @@ def test_weights_in_another_dtype_are_refused_not_cast(saved, dtype, monkeypatch
     safetensors.torch.save_file(tensors, saved / "model.safetensors")
     if dtype.is_floating_point:  # the header shows it: refused before any weights are read
         monkeypatch.setattr(safetensors.torch, "load_file", _no_weight_reads)
-    with pytest.raises(ValueError, match=rf"another dtype than the model's \(torch\.float32\): .* is {dtype}"):
+    with pytest.raises(ValueError, match=rf"another dtype than the model's.*: .* is {dtype}"):
         iris_timm.from_pretrained(saved)
 
 

@@ -61,17 +61,33 @@ class SpectralConv2d(nn.Module):
         x_ft = x_ft[:, :, :num_cols]
         top = torch.einsum("bxyi,ioxy->bxyo", x_ft[:, :num_pos], weight_pos)
         bottom = torch.einsum("bxyi,ioxy->bxyo", x_ft[:, height - num_neg :], weight_neg)
-        middle = top.new_zeros(top.shape[0], height - num_pos - num_neg, *top.shape[2:])
-        return torch.cat([top, middle, bottom], dim=1)  # columns past num_cols: irfft2 fills zeros
+        middle_shape = list(top.shape)
+        middle_shape[1] = height - num_pos - num_neg
+        return torch.cat([top, top.new_zeros(middle_shape), bottom], dim=1)  # columns past num_cols: zeros
+
+    def apply_fp32(self, x: torch.Tensor) -> torch.Tensor:
+        x_ft = torch.fft.rfft2(x.float(), dim=(1, 2))  # (B, H, W // 2 + 1, C)
+        return torch.fft.irfft2(self.multiply(x_ft), s=(x.shape[1], x.shape[2]), dim=(1, 2))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(x.device.type, enabled=False):
-            x_ft = torch.fft.rfft2(x.float(), dim=(1, 2))  # (B, H, W // 2 + 1, C)
-            y = torch.fft.irfft2(self.multiply(x_ft), s=(x.shape[1], x.shape[2]), dim=(1, 2))
-        return y.to(x.dtype)  # (B, H, W, C)
+        if torch.jit.is_scripting():  # TorchScript applies no autocast
+            return self.apply_fp32(x).to(x.dtype)
+        return spectral_conv_fp32(self, x).to(x.dtype)  # (B, H, W, C)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, modes_h={self.modes_h}, modes_w={self.modes_w}"
+
+
+def spectral_conv_fp32(conv: SpectralConv2d, x: torch.Tensor) -> torch.Tensor:
+    """``conv`` in float32 with autocast off on the tensor's own device; torch.fx records it as one call (the grid
+    size selects the kept modes)."""
+    if not torch.amp.is_autocast_available(x.device.type):  # e.g. meta: nothing to disable
+        return conv.apply_fp32(x)
+    with torch.autocast(x.device.type, enabled=False):
+        return conv.apply_fp32(x)
+
+
+torch.fx.wrap("spectral_conv_fp32")
 
 
 class TokenDifferential(nn.Module):
