@@ -81,13 +81,19 @@ _FFT_AWARE_FORMULAS = {
 
 
 @torch.no_grad()
-def count_macs(model: torch.nn.Module, input_size: Sequence[int], device: str | torch.device = "cpu") -> int:
-    """Multiply-accumulates of one forward pass on one image of ``input_size`` (C, H, W)."""
+def count_macs(model: torch.nn.Module, input_size: Sequence[int], device: str | torch.device | None = None) -> int:
+    """Multiply-accumulates of one forward pass in eval mode on one image of ``input_size`` (C, H, W), in the
+    model's dtype, on ``device`` (by default the model's); the model is left in the mode it was in."""
     param = next(model.parameters(), None)
     dtype = param.dtype if param is not None else torch.float32
+    device = device or (param.device if param is not None else "cpu")
     x = torch.zeros(1, *input_size, device=device, dtype=dtype)
-    with FlopCounterMode(display=False, custom_mapping=_FFT_AWARE_FORMULAS) as counter:
-        model.eval()(x)
+    training = model.training
+    try:
+        with FlopCounterMode(display=False, custom_mapping=_FFT_AWARE_FORMULAS) as counter:
+            model.eval()(x)
+    finally:
+        model.train(training)
     return counter.get_total_flops() // 2
 
 

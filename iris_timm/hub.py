@@ -10,8 +10,9 @@ A saved model is a folder of three files:
 
 Writing is timm's ``save_for_hf`` (staged, then moved into place); publishing is ``HfApi.create_repo`` and
 ``HfApi.upload_folder``; loading is timm's ``create_model``, once the files have been checked so that bad files raise
-a clear error before any weights are read (the weights themselves are checked by the model's
-``checkpoint_filter_fn`` as timm loads them).
+a clear error before any weights are read. The weights are checked by ``iris_timm.weights.check_weights``: their
+names, shapes and dtypes from the file's header before loading, their values as an iris model's
+``checkpoint_filter_fn`` receives them (another timm model's once loaded).
 """
 
 import difflib
@@ -25,16 +26,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import timm
-import torch
 from huggingface_hub import CommitInfo, HfApi, snapshot_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from huggingface_hub.utils import validate_repo_id
-from safetensors import SafetensorError, safe_open
 from timm.models import save_for_hf
 from torch import nn
 
+from .files import apply_umask
 from .models import IrisPDESSM
 from .version import __version__
+from .weights import check_weights, check_weights_file
 
 if TYPE_CHECKING:
     from .model_card import TrainingResults
@@ -126,6 +127,7 @@ def _commit(staging: Path, directory: Path) -> None:
     """Move the files staged in ``staging`` into ``directory``, ``config.json`` last (see ``save_pretrained``)."""
     staged = sorted(staging.iterdir(), key=lambda path: path.name == CONFIG_NAME)
     for path in staged:
+        apply_umask(path)  # safetensors writes its files readable by the owner only
         with path.open("r+b") as f:
             os.fsync(f.fileno())  # the data is on disk before any rename makes it visible
     (directory / CONFIG_NAME).unlink(missing_ok=True)
@@ -184,7 +186,8 @@ def save_pretrained(
     (the model card). Any timm model is written the same way (``timm.create_model("local-dir:<folder>")`` and
     transformers load it), without a card.
 
-    The folder is created if missing and a previous save is replaced; its other files are left alone, except weights
+    Every file gets the permissions the umask gives a new file (0644 under umask 022). The folder is created if
+    missing and a previous save is replaced; its other files are left alone, except weights
     in other formats (``pytorch_model.bin``, ...) that loaders could read instead, and the staging folders of saves
     that were killed, which are removed. The write is
     atomic with ``config.json`` as the commit point: the files are written and flushed in a temporary folder inside
@@ -237,7 +240,9 @@ def push_to_hub(
     The repo is created if missing (``private``: ``None`` follows the owner's default visibility), and the branch
     ``revision`` too. ``token`` defaults to huggingface_hub's usual places (``HF_TOKEN``, ``hf auth login``). Then
     ``timm.create_model("hf-hub:<repo_id>", pretrained=True)`` (after ``import iris_timm``) and transformers'
-    ``AutoModelForImageClassification.from_pretrained(repo_id)`` load it.
+    ``AutoModelForImageClassification.from_pretrained(repo_id)`` load it. (timm's ``push_to_hf_hub`` is not used:
+    it would write timm's generic README instead of the model card, a pickle beside the safetensors, and
+    ``num_classes`` into ``model_args``, which transformers refuses.)
 
     Returns:
         The commit, from ``HfApi.upload_folder``.
@@ -389,58 +394,6 @@ def _read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-# safetensors' dtype names (the header's "dtype" field) as torch dtypes.
-SAFETENSORS_DTYPES = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-}
-
-
-def _file_dtypes(path: Path) -> dict[str, torch.dtype | str]:
-    """Each tensor's dtype, from the safetensors header alone (a str for dtypes torch lacks); ``safe_open`` also
-    checks that the file covers every tensor."""
-    try:
-        with safe_open(path, framework="pt") as f:
-            names = {key: f.get_slice(key).get_dtype() for key in f.keys()}
-    except SafetensorError as e:
-        raise ValueError(
-            f"{path} is not a readable safetensors file ({e}): it is truncated or corrupt. Download it or save the "
-            "model again."
-        ) from e
-    return {key: SAFETENSORS_DTYPES.get(name, name) for key, name in names.items()}
-
-
-def _refuse_other_dtypes(path: Path, found: dict[str, torch.dtype | str], expected: dict[str, torch.dtype]) -> None:
-    other = [
-        f"{key} is {found[key]}, the model's {expected[key]}"
-        for key in sorted(found.keys() & expected.keys())
-        if found[key] != expected[key]
-    ]
-    if other:
-        more = f" (and {len(other) - 3} more)" if len(other) > 3 else ""
-        raise ValueError(
-            f"{path} holds tensors in another dtype than the model's: {'; '.join(other[:3])}{more}. Nothing is cast "
-            "silently: pass dtype= (e.g. dtype=torch.float16) to build the model in the file's dtype."
-        )
-
-
-def _refuse_non_finite(path: Path, state_dict: dict[str, torch.Tensor]) -> None:
-    bad = [key for key, t in state_dict.items() if t.is_floating_point() and not t.isfinite().all()]
-    if bad:
-        raise ValueError(
-            f"{path} holds NaN or infinity in {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}: refusing to load "
-            "them. The file is corrupt or the weights diverged: download it again or use an earlier checkpoint."
-        )
-
-
 def from_pretrained(
     name_or_path: str | os.PathLike,
     *,
@@ -451,13 +404,13 @@ def from_pretrained(
 ) -> nn.Module:
     """Create a model from a folder ``save_pretrained`` wrote or from a Hub repo, with its weights.
 
-    The same as ``timm.create_model("local-dir:PATH" | "hf-hub:ORG/NAME", pretrained=True, **kwargs)`` (one model
-    built, its weights read once), after checks that turn bad input into an error naming the file or key at fault,
+    The same as ``timm.create_model("local-dir:PATH" | "hf-hub:ORG/NAME", pretrained=True, **kwargs)`` (the weights
+    read once), after checks that turn bad input into an error naming the file or key at fault,
     raised before any weights are read: ``config.json`` must be timm's hub config with an architecture timm knows,
     written by a version of iris_timm that builds it; ``model.safetensors`` a complete safetensors file (pickled
-    weights are refused, never loaded) whose floating tensors are in the model's dtype. While timm loads them, an
-    iris model's ``checkpoint_filter_fn`` refuses weights whose names or shapes do not fit the model, in another
-    dtype, or holding NaN or infinity; another timm model is checked for the last two once loaded. Offline
+    weights are refused, never loaded) whose tensors' names, shapes and dtypes fit the model (its header is
+    checked against the model built on the meta device). Weights holding NaN or infinity are refused as an iris
+    model's ``checkpoint_filter_fn`` receives them, and once loaded for another timm model. Offline
     (``HF_HUB_OFFLINE=1``) a Hub repo loads from the local cache.
 
     Args:
@@ -476,8 +429,8 @@ def from_pretrained(
         FileNotFoundError: a missing folder or file, or a folder holding only pickled weights.
         NotADirectoryError: a file where a folder is expected.
         ValueError: an invalid ``config.json``, model_args timm cannot build, a truncated or corrupt
-            ``model.safetensors``, weights in another dtype or holding NaN or infinity, and, for iris models,
-            weights whose names or shapes do not fit the model.
+            ``model.safetensors``, weights whose names or shapes do not fit the model, in another dtype, or
+            holding NaN or infinity.
     """
     source, location = _parse_source(name_or_path)
     if source == "local-dir":
@@ -491,21 +444,15 @@ def from_pretrained(
         # Pinned to the commit the checked files came from.
         model_name = f"hf-hub:{_split_revision(location)[0]}@{snapshot.name}"
     config = _read_config(config_path)
-    found = _file_dtypes(weights_path)
-    dtype = kwargs.get("dtype") or torch.get_default_dtype()
-    floating = {key: dtype for key, d in found.items() if isinstance(d, torch.dtype) and d.is_floating_point}
-    _refuse_other_dtypes(weights_path, found, floating)  # the header tells: before any weights are read
-    try:
-        model = timm.create_model(model_name, pretrained=True, cache_dir=cache_dir, **kwargs)
+    try:  # the header's names, shapes and dtypes against the model, built on the meta device
+        check_weights_file(weights_path, model_name, cache_dir=cache_dir, **kwargs)
     except TypeError as e:  # an argument the model does not take
         raise ValueError(
             f"{config_path}: timm cannot build {config['architecture']!r} with model_args "
             f"{config.get('model_args', {})}: {e}. Correct model_args, or save the model again."
         ) from e
-    # An iris model's checkpoint_filter_fn checked the weights as they loaded; another model's loaded values are
-    # checked here, against the file's dtypes (load_state_dict casts) and for NaN or infinity.
+    model = timm.create_model(model_name, pretrained=True, cache_dir=cache_dir, **kwargs)
+    # An iris model's checkpoint_filter_fn checked the values as they loaded; another model's are checked here.
     if not config["architecture"].startswith("iris_"):
-        state_dict = model.state_dict()
-        _refuse_other_dtypes(weights_path, found, {key: t.dtype for key, t in state_dict.items()})
-        _refuse_non_finite(weights_path, state_dict)
+        check_weights(model.state_dict(), None, str(weights_path))
     return model

@@ -6,16 +6,20 @@
   after each evaluation, both with the step and epoch they were taken at;
 - ``summary.json``: the ``Summary``, written last, so a folder without it is a run that did not finish;
 - ``checkpoints/step_<N>/``: Accelerate's state plus ``trainer_state.json`` (the ``TrainerState``) and, with an
-  EMA, ``ema.safetensors``.
+  EMA, ``ema.safetensors``;
+- ``.lock``: held by the run that uses the folder (:func:`take_run_folder`), naming its PID.
 """
 
 import dataclasses
 import json
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from filelock import FileLock, Timeout
 
 from .files import write_text
 
@@ -31,9 +35,13 @@ __all__ = [
     "TrainerState",
     "TrainingLog",
     "append_metrics",
+    "checkpoint_dirs",
+    "last_checkpoint",
     "read_evaluations",
     "read_summary",
     "read_train_config",
+    "take_run_folder",
+    "truncate_metrics",
     "write_summary",
     "write_train_config",
 ]
@@ -139,8 +147,8 @@ class Summary:
     skipped_steps: int  # updates skipped for a non-finite loss
     params: int
     train_images_per_s: float
-    train_time_s: float  # evaluations and checkpoints excluded
-    wall_time_s: float
+    train_time_s: float  # seconds of training over the whole run, resumes included; evaluations, checkpoints excluded
+    process_wall_time_s: float  # seconds the last process ran, from its start (or resume) to the end, all included
     threads: int | None = None  # torch's CPU threads per process; runs from before it was recorded lack it
     command: str = ""
     processes: int = 1  # training processes (Accelerate's num_processes)
@@ -188,3 +196,74 @@ class TrainerState:
     def load(cls, checkpoint: Path) -> "TrainerState":
         path = checkpoint / TRAINER_STATE
         return _from_dict(cls, json.loads(path.read_text(encoding="utf-8")), path)
+
+
+# ----------------------------------------------------------------------------- the folder as a whole
+
+LOCK = ".lock"
+RUN_FILES = (CHECKPOINTS, "model.safetensors", "best", SUMMARY)  # what a run leaves that a new run would lose
+
+
+def checkpoint_dirs(folder: Path) -> list[Path]:
+    """Complete checkpoints, oldest first. One being written lives under a '.tmp-' name, never picked."""
+    return sorted((folder / CHECKPOINTS).glob("step_*"))
+
+
+def last_checkpoint(folder: Path) -> str:
+    """The latest complete checkpoint, for messages."""
+    return str((checkpoint_dirs(folder)[-1:] or ["none written yet"])[0])
+
+
+def _lock(folder: Path) -> FileLock:
+    """An exclusive OS lock on ``folder/.lock`` holding this process's PID (the OS drops it when the process dies);
+    a folder another run holds is refused, naming its PID."""
+    lock = FileLock(folder / LOCK, blocking=False, on_acquired=lambda fd: os.write(fd, str(os.getpid()).encode()))
+    try:
+        lock.acquire()
+    except Timeout:
+        holder = (folder / LOCK).read_text().strip() or "unknown"
+        raise SystemExit(
+            f"{folder} is in use by another run (PID {holder}): one run per folder. Wait for it, stop it, or "
+            "choose another --output-dir."
+        ) from None
+    return lock
+
+
+def _check_same_recipe(folder: Path, config: dict[str, Any], resumable: set[str]) -> None:
+    """A resumed run continues the saved recipe: refuse every change but the ``resumable`` keys, naming each."""
+    saved, current = read_train_config(folder), yaml.safe_load(yaml.safe_dump(config))  # tuples as saved
+    changed = [k for k in current if k not in resumable and k in saved and current[k] != saved[k]]
+    if changed:
+        differences = "; ".join(f"{k}: saved {saved[k]!r}, now {current[k]!r}" for k in changed)
+        raise SystemExit(
+            f"--resume continues the run in {folder}, but the recipe differs: {differences}. Resume with the saved "
+            f"recipe ({folder / TRAIN_CONFIG}), or start a new run with --overwrite or another --output-dir."
+        )
+
+
+def take_run_folder(
+    folder: Path, config: dict[str, Any], resume: bool, overwrite: bool, resumable: set[str]
+) -> FileLock:
+    """Lock ``folder`` for this run, check it holds no other run (unless resuming the same recipe, or ``overwrite``
+    clears it) and write the run's ``config``. A folder whose run ended before its first checkpoint holds nothing
+    to lose: a new run starts it again. Returns the lock, to hold for the run's life."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = _lock(folder)
+    existing = sorted(name for name in RUN_FILES if (folder / name).exists())
+    if existing and overwrite:
+        for path in folder.iterdir():
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.name != LOCK:
+                path.unlink()
+    elif existing and not resume:
+        raise SystemExit(
+            f"{folder} already holds a run ({', '.join(existing)}). Continue it with --resume, replace it with "
+            "--overwrite, or choose another --output-dir."
+        )
+    elif resume and (folder / TRAIN_CONFIG).is_file():
+        _check_same_recipe(folder, config, resumable)
+    if not resume:
+        truncate_metrics(folder, -1)  # the records of a run that ended before its first checkpoint
+    write_train_config(folder, config)
+    return lock

@@ -62,7 +62,7 @@ def run_summary(**changes) -> Summary:
         params=2_500_000,
         train_images_per_s=50.0,
         train_time_s=300.0,
-        wall_time_s=400.0,
+        process_wall_time_s=400.0,
         command="python train.py",
     )
     return dataclasses.replace(summary, **changes)

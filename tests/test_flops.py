@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import timm
 import torch
 from torch import nn
@@ -38,3 +39,10 @@ def test_linear_and_attention_macs():
     attention = 2 * tokens * tokens * dim  # q @ k^T and attn @ v, on the CPU kernel too
     patch_embed = 196 * 3 * 16 * 16 * dim
     assert count_macs(vit, (3, 224, 224)) == linear + attention + patch_embed
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_counting_leaves_the_model_in_its_mode(training):
+    model = torch.nn.Sequential(torch.nn.Linear(10, 7), torch.nn.Dropout()).train(training)
+    assert count_macs(model, (3, 10)) == 3 * 10 * 7  # counted in eval mode
+    assert all(m.training is training for m in model.modules())

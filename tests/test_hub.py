@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ import pytest
 import safetensors.torch
 import timm
 import torch
-from conftest import tiny_model
+import yaml
+from conftest import TINY_MODEL, tiny_model
 from huggingface_hub import HfApi, RepoUrl, constants
 from PIL import Image
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, create_transform, resolve_input_data_config
@@ -29,6 +31,7 @@ import iris_timm
 from iris_timm.flops import count_params
 from iris_timm.hub import VERSION_KEY
 from iris_timm.model_card import PUBLISHED_VARIANTS, main, model_card
+from iris_timm.weights import check_weights
 
 REPO_ID = "iris-test/tiny"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -157,17 +160,17 @@ def test_an_interrupted_save_is_not_read_as_a_model(saved, monkeypatch):
     monkeypatch.setattr(os, "replace", crash_before_config)
     with pytest.raises(KeyboardInterrupt):
         iris_timm.save_pretrained(create(seed=1), saved)
-    with pytest.raises(FileNotFoundError, match=r"config\.json not found: the folder is not a complete save"):
+    with pytest.raises(FileNotFoundError, match="not a complete save"):
         iris_timm.from_pretrained(saved)
 
 
 def test_save_rejects_wrong_label_names_and_other_models(tmp_path, model):
-    with pytest.raises(ValueError, match="label_names has 2 names for a model with 7 classes"):
+    with pytest.raises(ValueError, match="2 names for a model with 7 classes"):
         iris_timm.save_pretrained(model, tmp_path / "saved", label_names=["cat", "dog"])
-    with pytest.raises(TypeError, match=r"Expected a timm model, got OptimizedModule\. Unwrap compiled"):
+    with pytest.raises(TypeError, match="Unwrap compiled"):
         iris_timm.save_pretrained(torch.compile(model), tmp_path / "saved")
     unregistered = iris_timm.IrisPDESSM(depths=(1, 1, 1, 1), dims=(16, 32, 48, 64))
-    with pytest.raises(ValueError, match="has no pretrained_cfg, so its architecture and arguments cannot be saved"):
+    with pytest.raises(ValueError, match="has no pretrained_cfg"):
         iris_timm.save_pretrained(unregistered, tmp_path / "saved")
     assert not (tmp_path / "saved").exists()
 
@@ -205,9 +208,9 @@ def test_revision_and_token_pick_a_commit_of_the_cache(saved, model, x, offline_
         assert_same_logits(loaded, retrained, x)
         assert loaded.pretrained_cfg["hf_hub_id"] == f"{REPO_ID}@{second}"
     assert_same_logits(iris_timm.from_pretrained(REPO_ID, revision="main"), model, x)
-    with pytest.raises(ValueError, match="names the revision 'main' and revision='v2' another: give the revision once"):
+    with pytest.raises(ValueError, match="give the revision once"):
         iris_timm.from_pretrained(f"{REPO_ID}@main", revision="v2")
-    with pytest.raises(ValueError, match=r"revision='v2' selects a commit of a Hub repo, and .* is a local folder"):
+    with pytest.raises(ValueError, match="is a local folder"):
         iris_timm.from_pretrained(saved, revision="v2")
 
 
@@ -258,10 +261,7 @@ def test_a_folder_written_by_an_older_version_is_refused_naming_both_versions(sa
     if version is not None:
         config[VERSION_KEY] = version
     (folder / "config.json").write_text(json.dumps(config))
-    phrase = (
-        rf"was written by iris_timm {re.escape(written_by)}; this is iris_timm {re.escape(iris_timm.__version__)}, "
-        r"which reads folders written by 0\.3 or later \(0\.3 changed the block"
-    )
+    phrase = rf"written by iris_timm {re.escape(written_by)}; this is iris_timm {re.escape(iris_timm.__version__)}"
     with pytest.raises(ValueError, match=phrase):
         iris_timm.from_pretrained(folder)
 
@@ -369,7 +369,7 @@ def test_missing_folder(tmp_path, forbid_weight_reads):
         iris_timm.from_pretrained(tmp_path / "absent")
     with pytest.raises(FileNotFoundError, match=f"^No folder at {absent}\\. Give the folder"):
         iris_timm.from_pretrained(str(tmp_path / "absent"))  # a path, never looked up on the Hub
-    with pytest.raises(FileNotFoundError, match=r"^No folder at not a repo, and it is not a Hub repo id either"):
+    with pytest.raises(FileNotFoundError, match="not a Hub repo id either"):
         iris_timm.from_pretrained("not a repo")
 
 
@@ -400,50 +400,31 @@ def test_a_folder_of_pickled_weights_is_refused(tmp_path, model, forbid_weight_r
 def test_damaged_weights(saved, forbid_weight_reads, damage):
     weights = saved / "model.safetensors"
     weights.write_bytes(damage(weights.read_bytes()))
-    with pytest.raises(
-        ValueError, match=r"model\.safetensors is not a readable safetensors file \(.*\): it is truncated"
-    ):
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
         iris_timm.from_pretrained(saved)
 
 
 def test_config_that_is_not_json(saved, forbid_weight_reads):
     (saved / "config.json").write_text("{'architecture': 'iris_pdessm_test'}")
-    with pytest.raises(ValueError, match=r"config\.json is not valid JSON \(.*\)\. Save the model again"):
+    with pytest.raises(ValueError, match="not valid JSON"):
         iris_timm.from_pretrained(saved)
 
 
 def test_config_naming_an_unknown_architecture(saved, forbid_weight_reads):
     edit_config(saved, lambda config: config.update(architecture="iris_pdessm_huge"))
-    with pytest.raises(ValueError, match="names the architecture 'iris_pdessm_huge', which timm does not know"):
+    with pytest.raises(ValueError, match="'iris_pdessm_huge', which timm does not know"):
         iris_timm.from_pretrained(saved)
 
 
 def test_config_missing_keys(saved, forbid_weight_reads):
     edit_config(saved, lambda config: [config.pop("architecture"), config.pop("pretrained_cfg")])
-    with pytest.raises(
-        ValueError, match=r"lacks the key\(s\) \['architecture', 'pretrained_cfg'\] of timm's hub config"
-    ):
+    with pytest.raises(ValueError, match=r"lacks the key\(s\) \['architecture', 'pretrained_cfg'\]"):
         iris_timm.from_pretrained(saved)
 
 
 def test_config_with_unknown_model_args(saved, forbid_weight_reads):
     edit_config(saved, lambda config: config["model_args"].update(depth=3))
-    with pytest.raises(ValueError, match=r"timm cannot build 'iris_pdessm_test' with model_args \{.*'depth': 3\}"):
-        iris_timm.from_pretrained(saved)
-
-
-def test_weights_that_do_not_fit_the_architecture(saved):
-    edit_config(saved, lambda config: config.update(num_classes=9))
-    head = (
-        r"head\.fc\.bias has shape \[7\], the model \[9\]; head\.fc\.weight has shape \[7, 64\], the model \[9, 64\]\."
-    )
-    with pytest.raises(ValueError, match=f"do not fit 'iris_pdessm_test' as its model_args build it: {head}"):
-        iris_timm.from_pretrained(saved)
-    with pytest.raises(ValueError, match=f"do not fit 'iris_pdessm_test' as its model_args build it: {head}"):
-        timm.create_model(f"local-dir:{saved}", pretrained=True)  # timm's own loader says the same
-    edit_config(saved, lambda config: config.update(num_classes=7, model_args={"dims": [16, 32, 48, 96]}))
-    first = r"head\.fc\.weight has shape \[7, 64\], the model \[7, 96\]; "
-    with pytest.raises(ValueError, match=f": {first}.* \\(and \\d+ more\\)"):
+    with pytest.raises(ValueError, match="timm cannot build"):
         iris_timm.from_pretrained(saved)
 
 
@@ -456,9 +437,7 @@ def test_a_hub_repo_without_safetensors_is_refused(saved, offline_cache, forbid_
 
 
 def test_a_repo_missing_from_the_offline_cache(offline_cache, forbid_weight_reads):
-    with pytest.raises(
-        FileNotFoundError, match=f"hf-hub:{REPO_ID} is not in the Hugging Face cache and the Hub cannot"
-    ):
+    with pytest.raises(FileNotFoundError, match="not in the Hugging Face cache"):
         iris_timm.from_pretrained(REPO_ID)
 
 
@@ -466,14 +445,15 @@ def test_a_repo_missing_from_the_offline_cache(offline_cache, forbid_weight_read
 
 
 def test_committed_cards_are_the_generated_ones(tmp_path):
-    committed = Path(__file__).parents[1] / "model_cards"
-    evidence = committed / "cifar10_ablation" / "results.md"
-    main(["--all", "--out", str(tmp_path), "--evidence", str(evidence)])
-    for name in PUBLISHED_VARIANTS:
-        assert "## How the mixer compares\n\n" + evidence.read_text().strip() in (tmp_path / f"{name}.md").read_text()
-        assert (committed / f"{name}.md").read_text() == (tmp_path / f"{name}.md").read_text(), (
-            f"model_cards/{name}.md is stale: run python -m iris_timm.model_card --all --out model_cards/ "
-            "--evidence model_cards/cifar10_ablation/results.md"
+    root = Path(__file__).parents[1]
+    main(["--all", "--out", str(tmp_path)])
+    for name, recipe in PUBLISHED_VARIANTS.items():
+        card = (tmp_path / f"{name}.md").read_text()
+        assert yaml.safe_load((root / recipe).read_text())["model"] == name
+        assert f"accelerate launch train.py --config {recipe}\n" in card
+        assert "[the studies](../docs/studies.md)" in card
+        assert (root / "model_cards" / f"{name}.md").read_text() == card, (
+            f"model_cards/{name}.md is stale: run python -m iris_timm.model_card --all --out model_cards/"
         )
 
 
@@ -505,7 +485,7 @@ def test_card_with_results_reports_them(model):
 def test_card_rejects_unknown_or_unfounded_results(model):
     with pytest.raises(ValueError, match=r"Unknown training result keys \['top5'\]"):
         model_card(model, f"hf-hub:{REPO_ID}", {"top5": 99.0})
-    with pytest.raises(ValueError, match="Training result 'top1' needs the 'dataset' it was measured on"):
+    with pytest.raises(ValueError, match="needs the 'dataset'"):
         model_card(model, f"hf-hub:{REPO_ID}", {"top1": 80.0})
 
 
@@ -518,21 +498,6 @@ def test_save_pretrained_writes_any_timm_model_that_timm_loads_back(tmp_path):
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), peer(x), rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("change", ["int8", "nan"])
-def test_from_pretrained_checks_another_timm_models_weights_too(tmp_path, change):
-    folder = iris_timm.save_pretrained(timm.create_model("test_resnet", num_classes=3), tmp_path / "peer")
-    weights = safetensors.torch.load_file(folder / "model.safetensors")
-    if change == "int8":
-        weights["fc.weight"] = weights["fc.weight"].to(torch.int8)  # the header's floats are fine; load would cast
-        phrase = r"another dtype than the model's: fc\.weight is torch\.int8, the model's torch\.float32\. Nothing is"
-    else:
-        weights["fc.weight"][0, 0] = float("nan")
-        phrase = r"holds NaN or infinity in fc\.weight: refusing to load them"
-    safetensors.torch.save_file(weights, folder / "model.safetensors")
-    with pytest.raises(ValueError, match=phrase):
-        iris_timm.from_pretrained(folder)
 
 
 @pytest.mark.parametrize(
@@ -565,7 +530,7 @@ def test_a_mistyped_local_path_is_a_missing_folder_not_a_hub_id(tmp_path, monkey
 def test_a_symlink_loop_is_reported_as_such(tmp_path, forbid_weight_reads):
     loop = tmp_path / "loop"
     loop.symlink_to(tmp_path / "loop")
-    with pytest.raises(FileNotFoundError, match="is a symbolic link that leads nowhere"):
+    with pytest.raises(FileNotFoundError, match="leads nowhere"):
         iris_timm.from_pretrained(str(loop))
 
 
@@ -596,17 +561,6 @@ def test_a_save_removes_a_killed_saves_leftovers_and_stale_weights(tmp_path, mod
     )
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float64, torch.int8])
-def test_weights_in_another_dtype_are_refused_not_cast(saved, dtype, monkeypatch):
-    with safetensors.safe_open(saved / "model.safetensors", framework="pt") as f:
-        tensors = {key: f.get_tensor(key).to(dtype) for key in f.keys()}
-    safetensors.torch.save_file(tensors, saved / "model.safetensors")
-    if dtype.is_floating_point:  # the header shows it: refused before any weights are read
-        monkeypatch.setattr(safetensors.torch, "load_file", _no_weight_reads)
-    with pytest.raises(ValueError, match=rf"another dtype than the model's.*: .* is {dtype}"):
-        iris_timm.from_pretrained(saved)
-
-
 def test_an_explicit_dtype_loads_weights_saved_in_it(saved, model, x):
     half = {key: value.half() for key, value in model.state_dict().items()}
     safetensors.torch.save_file(half, saved / "model.safetensors")
@@ -615,30 +569,80 @@ def test_an_explicit_dtype_loads_weights_saved_in_it(saved, model, x):
     assert torch.equal(loaded.state_dict()["head.fc.weight"], half["head.fc.weight"])
 
 
-def test_overwritten_weight_data_is_refused(saved, model):
-    data = bytearray((saved / "model.safetensors").read_bytes())
-    data[-4000:] = b"\xff" * 4000  # the header intact, the last tensors' bytes NaN
-    (saved / "model.safetensors").write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=r"The weights hold NaN or infinity in .*: refusing to load them"):
-        iris_timm.from_pretrained(saved)
+# ----------------------------------------------------------------------------- the weight check of every load path
 
 
-@pytest.mark.parametrize("change", ["float16", "int8", "nan"])
-def test_timms_own_local_dir_loader_refuses_cast_or_non_finite_weights(tmp_path, change):
-    folder = iris_timm.save_pretrained(tiny_model(), tmp_path / "saved")
+def _load_local_dir(folder: Path) -> torch.nn.Module:
+    return timm.create_model(f"local-dir:{folder}", pretrained=True)
+
+
+def _load_file(folder: Path) -> torch.nn.Module:
+    file = str(folder / "model.safetensors")
+    overlay = dict(file=file, num_classes=NUM_CLASSES)
+    return timm.create_model(TINY_MODEL, pretrained=True, num_classes=NUM_CLASSES, pretrained_cfg_overlay=overlay)
+
+
+# (model name, how it is loaded, a tensor to damage) for each load path.
+LOAD_PATHS = {
+    "timm local-dir": (TINY_MODEL, _load_local_dir, "stages.3.blocks.0.fc2.weight"),
+    "timm file": (TINY_MODEL, _load_file, "stages.3.blocks.0.fc2.weight"),
+    "from_pretrained": (TINY_MODEL, iris_timm.from_pretrained, "stages.3.blocks.0.fc2.weight"),
+    "from_pretrained, another timm model": ("test_resnet", iris_timm.from_pretrained, "layer1.0.conv1.weight"),
+}
+
+
+def _nan(weights: dict, key: str) -> None:
+    weights[key].view(-1)[0] = float("nan")
+
+
+# (what is wrong with the saved weights, the error's key phrase)
+FAULTS = {
+    "wrong dtype": (lambda weights, key: weights.update({key: weights[key].half()}), "another dtype"),
+    "NaN": (_nan, "NaN or infinity"),
+    "missing key": (lambda weights, key: weights.pop(key), "do not fit"),
+    "extra key": (lambda weights, key: weights.update(extra=torch.zeros(1)), "do not fit"),
+    "wrong shape": (lambda weights, key: weights.update({key: weights[key][:1]}), "do not fit"),
+}
+
+
+@pytest.fixture(scope="module")
+def saved_models(tmp_path_factory) -> dict[str, Path]:
+    """A saved folder of each model of LOAD_PATHS, written once for all the faults."""
+    names = {model_name for model_name, _, _ in LOAD_PATHS.values()}
+    models = {name: timm.create_model(name, num_classes=NUM_CLASSES) for name in names}
+    return {name: iris_timm.save_pretrained(model, tmp_path_factory.mktemp(name)) for name, model in models.items()}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("path", LOAD_PATHS)
+def test_every_load_path_refuses_weights_that_would_not_load_as_they_are(
+    tmp_path, monkeypatch, saved_models, path, fault
+):
+    model_name, load, key = LOAD_PATHS[path]
+    damage, phrase = FAULTS[fault]
+    folder = shutil.copytree(saved_models[model_name], tmp_path / "saved")
     weights = safetensors.torch.load_file(folder / "model.safetensors")
-    if change == "float16":
-        weights = {key: tensor.half() if tensor.is_floating_point() else tensor for key, tensor in weights.items()}
-        phrase = r"another dtype than the model's \(torch.float32\): .* is torch.float16\. Nothing is cast silently"
-    elif change == "int8":
-        weights["head.fc.weight"] = weights["head.fc.weight"].to(torch.int8)
-        phrase = r"another dtype than the model's \(torch.float32\): head\.fc\.weight is torch.int8\. Nothing is cast"
-    else:
-        weights["head.fc.weight"][0, 0] = float("nan")
-        phrase = r"NaN or infinity in head\.fc\.weight: refusing to load them"
+    damage(weights, key)
     safetensors.torch.save_file(weights, folder / "model.safetensors")
+    if load is iris_timm.from_pretrained and fault != "NaN":  # the header tells: refused before the weights are read
+        monkeypatch.setattr(safetensors.torch, "load_file", _no_weight_reads)
     with pytest.raises(ValueError, match=phrase):
-        timm.create_model(f"local-dir:{folder}", pretrained=True)
-    if change == "float16":  # the explicit choice loads them as they are
-        model = timm.create_model(f"local-dir:{folder}", pretrained=True, dtype=torch.float16)
-        assert torch.equal(model.state_dict()["head.fc.weight"], weights["head.fc.weight"])
+        load(folder)
+
+
+def test_a_refusal_names_three_keys_and_counts_the_rest():
+    weights = {f"w{i}": torch.tensor([float("inf")]) for i in range(5)}
+    with pytest.raises(ValueError, match=r"NaN or infinity in w0, w1, w2 \(and 2 more\)"):
+        check_weights(weights, None, "the weights")
+    check_weights({"w": torch.ones(2)}, None, "the weights")  # finite: accepted
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_saved_files_get_the_permissions_of_the_umask(tmp_path, model, umask):
+    previous = os.umask(umask)
+    try:
+        folder = iris_timm.save_pretrained(model, tmp_path / "saved")
+    finally:
+        os.umask(previous)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in folder.iterdir()}
+    assert modes == dict.fromkeys(SAVED_FILES, 0o666 & ~umask)

@@ -1,12 +1,16 @@
-"""Atomic writes, and the files of a run folder read back as they were written."""
+"""Atomic writes, permissions from the umask, and the files of a run folder read back as they were written."""
 
 import dataclasses
 import json
+import os
+import stat
 
 import pytest
+import torch
 from conftest import run_summary
+from safetensors.torch import save_file
 
-from iris_timm.files import atomic_write, write_text
+from iris_timm.files import apply_umask, atomic_write, write_text
 from iris_timm.run_folder import (
     Evaluation,
     TrainerState,
@@ -69,3 +73,20 @@ def test_trainer_state_round_trip(tmp_path):
     state = TrainerState(total_steps=100, budget_fitted=True, step=40, pace_from_s=1.5, best_top1=20.0)
     state.save(tmp_path)
     assert TrainerState.load(tmp_path) == state
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_apply_umask_gives_a_folder_and_everything_in_it_the_umasks_permissions(tmp_path, umask):
+    folder = tmp_path / "checkpoint"
+    (folder / "random_states").mkdir(parents=True, mode=0o700)
+    save_file({"w": torch.zeros(2)}, folder / "model.safetensors")  # written readable by the owner only
+    (folder / "random_states" / "rng.pkl").write_bytes(b"")
+    previous = os.umask(umask)
+    try:
+        apply_umask(folder)
+    finally:
+        os.umask(previous)
+    modes = {path.relative_to(folder).as_posix(): stat.S_IMODE(path.stat().st_mode) for path in folder.rglob("*")}
+    folder_mode, file_mode = 0o777 & ~umask, 0o666 & ~umask
+    assert modes == {"model.safetensors": file_mode, "random_states": folder_mode, "random_states/rng.pkl": file_mode}
+    assert stat.S_IMODE(folder.stat().st_mode) == folder_mode

@@ -20,6 +20,9 @@ import torch
 from safetensors.torch import load_file
 
 import iris_timm
+from iris_timm.clock import fit_to_budget
+from iris_timm.data import ConvertImage
+from iris_timm.run_folder import TrainerState
 
 ROOT = Path(__file__).resolve().parents[1]
 CIFAR10 = ROOT.parent / "shared" / "data" / "cifar10"
@@ -98,13 +101,13 @@ def test_a_variant_gives_only_the_model_arguments_it_changes(tmp_path):
 
 
 def test_fit_to_budget_counts_the_steps_left_at_the_measured_pace():
-    state = train.TrainerState(total_steps=1000, step=40, train_time_s=10.0)
-    assert train.fit_to_budget(100.0, state, 0.5) == 220
-    assert train.fit_to_budget(100.0, dataclasses.replace(state, total_steps=100), 0.5) == 100  # never beyond it
-    assert train.fit_to_budget(5.0, state, 0.5) == 40  # the budget is already spent
-    refit = train.TrainerState(total_steps=150, recipe_steps=1000, budget_fitted=True, step=100, train_time_s=40.0)
-    assert train.fit_to_budget(100.0, refit, 0.5) == 220  # a later fit may lengthen an earlier one
-    assert train.fit_to_budget(100.0, dataclasses.replace(refit, recipe_steps=200), 0.5) == 200  # not the recipe
+    state = TrainerState(total_steps=1000, step=40, train_time_s=10.0)
+    assert fit_to_budget(100.0, state, 0.5) == 220
+    assert fit_to_budget(100.0, dataclasses.replace(state, total_steps=100), 0.5) == 100  # never beyond it
+    assert fit_to_budget(5.0, state, 0.5) == 40  # the budget is already spent
+    refit = TrainerState(total_steps=150, recipe_steps=1000, budget_fitted=True, step=100, train_time_s=40.0)
+    assert fit_to_budget(100.0, refit, 0.5) == 220  # a later fit may lengthen an earlier one
+    assert fit_to_budget(100.0, dataclasses.replace(refit, recipe_steps=200), 0.5) == 200  # not the recipe
 
 
 @pytest.mark.parametrize(
@@ -136,7 +139,7 @@ def test_config_errors_name_the_key(tmp_path, argv, yaml_text, message):
     [
         (["--model", "iris_pdessm_x"], r"timm does not know the model 'iris_pdessm_x'\. Close names: \["),
         (["--dataset", "./no/such/folder"], r"dataset: \./no/such/folder does not exist"),
-        (["--mixed-precision", "fp8"], r"mixed_precision must be no, bf16 or fp16, got 'fp8'"),
+        (["--mixed-precision", "fp8"], r"mixed_precision must be one of no, bf16, fp16, got 'fp8'"),
         (["--lr", "0"], r"lr must be a finite number > 0"),
         (["--lr", "inf"], r"lr must be a finite number > 0, got inf"),
         (["--lr", "nan"], r"lr must be a finite number > 0, got nan"),
@@ -149,6 +152,8 @@ def test_config_errors_name_the_key(tmp_path, argv, yaml_text, message):
         ),
         (["--resume", "/nonexistent"], r"resume: /nonexistent is not a checkpoint folder"),
         (["--time-budget-s", "0"], r"time_budget_s must be >= 1 or none, got 0\.0"),
+        (["--time-budget-s", "60", "--max-steps", "6"], r"max_steps must be larger, or lift the budget with --time"),
+        (["--loader", "memory", "--reprob", "0.25"], r"loader memory does not do reprob"),
     ],
 )
 def test_bad_values_fail_before_training(tmp_path, argv, message):
@@ -227,11 +232,19 @@ def test_two_processes_train_and_evaluate(tmp_path):
     assert (out / "model.safetensors").is_file()
 
 
-def test_killed_and_resumed_run_ends_with_the_same_weights(tmp_path):
-    # 13 batches an epoch: the run crosses an epoch boundary, and the kill lands mid-epoch. RandAugment (NumPy's
-    # generator), dropout-like drop path (torch's) and the EMA (exported in place of the weights) must all resume.
+@pytest.mark.parametrize(
+    "augment",
+    [
+        ["--loader", "pil", "--auto-augment", "rand-m9-mstd0.5-inc1-mmax9"],  # RandAugment: NumPy's generator
+        ["--loader", "memory", "--scale", "[0.6, 1.0]", "--hflip", "0.5", "--transpose", "0.5"],  # on-device draws
+    ],
+    ids=["pil", "memory"],
+)
+def test_killed_and_resumed_run_ends_with_the_same_weights(tmp_path, augment):
+    # 13 batches an epoch: the run crosses an epoch boundary, and the kill lands mid-epoch. Each loader's
+    # augmentation, dropout-like drop path (torch's) and the EMA (exported in place of the weights) must all resume.
     common = [*SMOKE, "--max-steps", "16", "--batch-size", "128", "--checkpoint-every", "3", "--keep-checkpoints", "3"]
-    common += ["--auto-augment", "rand-m9-mstd0.5-inc1-mmax9", "--drop-path", "0.1", "--ema-decay", "0.9"]
+    common += [*augment, "--drop-path", "0.1", "--ema-decay", "0.9"]
     run(*common, "--output-dir", str(tmp_path / "whole"))
 
     interrupted = tmp_path / "interrupted"
@@ -428,9 +441,9 @@ def parquet_dataset(
         pngs.append({"bytes": buffer.getvalue(), "path": None})
     table = pa.table({image_column: pngs, label_column: labels})
     if metadata:
-        from datasets import Dataset
+        from datasets import Dataset, Image
 
-        Dataset(table).cast_column(image_column, train.ImageFeature()).to_parquet(str(folder / "train.parquet"))
+        Dataset(table).cast_column(image_column, Image()).to_parquet(str(folder / "train.parquet"))
     else:
         pq.write_table(table, folder / "train.parquet")
     return folder
@@ -512,11 +525,13 @@ def test_a_finished_run_is_kept_unless_resumed_or_overwritten(base_run, tmp_path
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
 
 
-def test_multi_gpu_launch_without_a_gpu_stops_with_the_command_that_works(tmp_path):
-    """`accelerate launch --multi_gpu` on a machine without GPUs starts processes that Accelerate runs alone."""
+@pytest.mark.parametrize("mode", [["--multi_gpu"], ["--cpu"]])
+def test_a_multi_process_launch_that_runs_one_process_stops_with_the_command_that_works(tmp_path, mode):
+    """`accelerate launch --multi_gpu` without GPUs starts processes that Accelerate runs alone; `--cpu` without
+    `--multi_gpu` starts one process, whatever --num_processes says."""
     env = run_env()
     env.pop("ACCELERATE_USE_CPU", None)
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    launch = [sys.executable, "-m", "accelerate.commands.launch", *mode, "--num_processes", "2"]
     launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     result = subprocess.run(
         [*launch, "train.py", *SMOKE, "--output-dir", str(tmp_path / "out")],
@@ -528,7 +543,7 @@ def test_multi_gpu_launch_without_a_gpu_stops_with_the_command_that_works(tmp_pa
         check=False,
     )
     assert result.returncode != 0
-    assert "launched as one of 2 (WORLD_SIZE), but Accelerate runs it alone" in result.stderr
+    assert "launched as one of 2 (WORLD_SIZE or --num_processes), but Accelerate runs it alone" in result.stderr
     assert "ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N train.py" in result.stderr
     assert not (tmp_path / "out").exists()
 
@@ -537,14 +552,14 @@ def test_non_finite_weights_are_never_written(tmp_path):
     model = timm.create_model("iris_pdessm_test", num_classes=3)
     (tmp_path / "checkpoints" / "step_00000002").mkdir(parents=True)
     run = types.SimpleNamespace(
-        plain_model=lambda: model, ema=None, output_dir=tmp_path, state=train.TrainerState(total_steps=5)
+        plain_model=lambda: model, ema=None, output_dir=tmp_path, state=TrainerState(total_steps=5)
     )
     run.state.step = 3
     train.refuse_non_finite_weights(run)  # finite: nothing to say
     with torch.no_grad():
         model.head.fc.weight[0, 0] = float("inf")
     last = re.escape(str(tmp_path / "checkpoints" / "step_00000002"))
-    with pytest.raises(SystemExit, match=rf"NaN or infinity at step 3 \(1 tensors, e\.g\. head\.fc\.weight\).*{last}"):
+    with pytest.raises(SystemExit, match=rf"NaN or infinity.*head\.fc\.weight.*Last good checkpoint: {last}"):
         train.refuse_non_finite_weights(run)
 
 
@@ -611,8 +626,8 @@ def test_a_one_channel_model_reads_greyscale_images_and_exports_its_preprocessin
     cfg = train.parse_config([*argv, "--output-dir", str(tmp_path / "unused")])
     model = train.create_model(cfg, num_classes=10)
     train_data, val_data = train.load_splits(cfg)
-    *_, val_loader = train.make_loaders(cfg, train.preprocessing(cfg, model), train_data, val_data)
-    images, _ = next(iter(val_loader))
+    _, val_loader, _, val_batches = train.make_loaders(cfg, train.preprocessing(cfg, model), train_data, val_data)
+    images, _ = val_batches(next(iter(val_loader)))
     assert images.shape[1:] == (1, 32, 32)
     assert model(images).shape == (len(images), 10)
 
@@ -622,9 +637,9 @@ def test_transpose_swaps_the_image_axes_and_converts_the_mode():
 
     pixels = np.arange(12, dtype=np.uint8).reshape(3, 4)
     image = Image.fromarray(pixels).convert("RGB")
-    swapped = train.ConvertImage("L", transpose=1.0)(image)
+    swapped = ConvertImage("L", transpose=1.0)(image)
     np.testing.assert_array_equal(np.asarray(swapped), pixels.T)
-    np.testing.assert_array_equal(np.asarray(train.ConvertImage("L")(image)), pixels)
+    np.testing.assert_array_equal(np.asarray(ConvertImage("L")(image)), pixels)
 
 
 @pytest.mark.parametrize("name", ["hflip", "vflip", "transpose"])
@@ -639,3 +654,57 @@ def test_a_bare_boolean_flag_means_true():
     assert (config.channels_last, config.overwrite, config.compile) == (True, False, True)
     assert train.parse_config(["--overwrite"]).overwrite is True
     assert train.parse_config([]).overwrite is False
+
+
+def test_saved_weights_are_as_readable_as_the_other_files(base_run):
+    config_mode = (base_run / "config.json").stat().st_mode & 0o777
+    for weights in [base_run / "model.safetensors", *base_run.glob("checkpoints/*/model.safetensors")]:
+        assert weights.stat().st_mode & 0o777 == config_mode, weights
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_an_unreadable_image_names_its_file_and_a_rerun_is_accepted(tmp_path, damage):
+    root = make_image_folder(tmp_path / "images", classes=2, per_class=4)
+    broken = root / "train" / "class_1" / "2.png"
+    data = broken.read_bytes()
+    broken.write_bytes(b"not an image" if damage == "garbage" else data[: len(data) // 2])
+    cfg = train.parse_config([*SMOKE, "--dataset", str(root), "--loader", "pil", "--output-dir", str(tmp_path / "o")])
+    for _ in range(2):  # the folder the failed run leaves is taken again without --resume or --overwrite
+        with pytest.raises(SystemExit, match=rf"\({re.escape(str(broken))}\) of the dataset cannot be read"):
+            train.main(cfg)
+
+
+def test_a_misspelt_model_argument_names_it_and_the_valid_ones(tmp_path):
+    cfg = train.parse_config([*SMOKE, "--model-kwargs", '{"stem_strid": 2}', "--output-dir", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match=r"takes no argument 'stem_strid' \(did you mean 'stem_stride'\?\)"):
+        train.main(cfg)
+
+
+def test_a_missing_relative_path_is_named_before_the_hub_is_tried(tmp_path, monkeypatch, capsys):
+    def no_hub(*args, **kwargs):
+        raise ConnectionError("offline")
+
+    monkeypatch.setattr(iris_timm.data, "load_dataset", no_hub)
+    cfg = train.parse_config([*SMOKE, "--dataset", "data/imgs", "--output-dir", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match=r"data/imgs is no local file or folder, and the Hub did not provide it"):
+        train.main(cfg)
+    assert "no local file or folder data/imgs; loading the Hub dataset" in capsys.readouterr().out
+
+
+def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(tmp_path, monkeypatch, capsys):
+    after_step = train.after_step
+
+    def interrupt_at_step_3(run, loss):  # as Python turns Ctrl-C (SIGINT) into an exception
+        after_step(run, loss)
+        if run.state.step == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "after_step", interrupt_at_step_3)
+    cfg = train.parse_config([*SMOKE, "--checkpoint-every", "2", "--output-dir", str(tmp_path / "run")])
+    with pytest.raises(SystemExit) as stop:
+        train.main(cfg)
+    assert stop.value.code == 130
+    last = re.escape(str(tmp_path / "run" / "checkpoints" / "step_00000002"))
+    assert re.search(
+        rf"Interrupted at step 3\. Last checkpoint: {last}; continue with: python .*--resume", capsys.readouterr().err
+    )

@@ -42,6 +42,7 @@ from timm.models._features import feature_take_indices
 from torch import nn
 
 from ..layers import SPATIAL_MIXES, ConvectionDiffusionReaction2d, create_spatial_filter
+from ..weights import check_weights, keys_timm_adapts
 
 __all__ = ["GatedBlock", "IrisPDESSM"]
 
@@ -465,69 +466,18 @@ class IrisPDESSM(nn.Module):
         return self.forward_head(x)
 
 
-def _adapted_by_timm(model: IrisPDESSM) -> set[str]:
-    """Keys whose saved shapes timm's loader changes after this filter: the classifier when the model has another
-    number of classes than the weights (a new head), the first conv when it has other input channels (adapted)."""
-    cfg = getattr(model, "pretrained_cfg", None) or {}
-    adapted = set()
-    if model.num_classes != cfg.get("num_classes", model.num_classes):
-        adapted |= {f"{cfg['classifier']}.weight", f"{cfg['classifier']}.bias"}
-    if model.in_chans != (cfg.get("input_size") or (model.in_chans,))[0]:
-        adapted.add(f"{cfg['first_conv']}.weight")
-    return adapted
-
-
-def _check_names_and_shapes(
-    state_dict: dict[str, torch.Tensor], own: dict[str, torch.Tensor], model: IrisPDESSM
-) -> None:
-    skip = _adapted_by_timm(model)
-    problems = [f"{key} is missing" for key in sorted(own.keys() - state_dict.keys() - skip)]
-    problems += [f"{key} is not in the model" for key in sorted(state_dict.keys() - own.keys() - skip)]
-    problems += [
-        f"{key} has shape {list(state_dict[key].shape)}, the model {list(own[key].shape)}"
-        for key in sorted(own.keys() & state_dict.keys() - skip)
-        if state_dict[key].shape != own[key].shape
-    ]
-    if problems:
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        architecture = getattr(model, "pretrained_cfg", {}).get("architecture", type(model).__name__)
-        raise ValueError(
-            f"The weights do not fit {architecture!r} as its model_args build it: {'; '.join(problems[:3])}{more}. "
-            "Save the model again with iris_timm.save_pretrained, or correct model_args in its config.json."
-        )
-
-
 def checkpoint_filter_fn(state_dict: dict[str, torch.Tensor], model: IrisPDESSM) -> dict[str, torch.Tensor]:
     """Accept a bare state dict or a training checkpoint that wraps it under 'model' or 'state_dict'; refuse
-    weights that do not fit the model (names, shapes), in another dtype than the model's, floating or integer
-    (loading would cast them silently), or holding NaN or infinity. timm's loaders (``pretrained=True`` with
-    ``local-dir:``, ``hf-hub:`` or a file) call it on the model they built, so each refusal names what is wrong."""
+    weights that do not fit the model, in another dtype, or holding NaN or infinity (``iris_timm.weights``).
+    timm's loaders (``pretrained=True`` with ``local-dir:``, ``hf-hub:`` or a file) call it on the model they built,
+    so each refusal names what is wrong."""
     for key in ("model", "state_dict"):
         if key in state_dict and isinstance(state_dict[key], dict):
             state_dict = state_dict[key]
             break
-    own = model.state_dict()
-    _check_names_and_shapes(state_dict, own, model)
-    other_dtype = [
-        f"{key} is {tensor.dtype}"
-        for key, tensor in state_dict.items()
-        if key in own and tensor.dtype != own[key].dtype
-    ]
-    if other_dtype:
-        raise ValueError(
-            f"The weights hold tensors in another dtype than the model's ({next(iter(own.values())).dtype}): "
-            f"{'; '.join(other_dtype[:3])}. Nothing is cast silently: create the model with dtype= the weights' "
-            "dtype (e.g. timm.create_model(..., dtype=torch.float16)), or convert the file."
-        )
-    non_finite = [
-        key for key, tensor in state_dict.items() if tensor.is_floating_point() and not tensor.isfinite().all()
-    ]
-    if non_finite:
-        raise ValueError(
-            f"The weights hold NaN or infinity in {', '.join(non_finite[:3])}"
-            f"{f' (and {len(non_finite) - 3} more)' if len(non_finite) > 3 else ''}: refusing to load them. The "
-            "file is corrupt or training diverged: download it again or use an earlier checkpoint."
-        )
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    source = cfg.get("file") or cfg.get("hf_hub_id") or f"the weights of {cfg.get('architecture', 'the model')}"
+    check_weights(state_dict, model, source, skip=keys_timm_adapts(model))
     return state_dict
 
 
