@@ -1,7 +1,8 @@
-"""What was tried to make the PDE operator cheaper and not kept, measured again: one thread, median of repeats.
+"""What was tried to make the PDE operator cheaper and not kept, measured again: one thread, the median seconds per
+call of ``torch.utils.benchmark.Timer(...).blocked_autorange``.
 
-    python -m benchmarks.operator_alternatives              # 1-4, about 20 s
-    python -m benchmarks.operator_alternatives --compile    # and 5, about 3 minutes (compilation)
+    python -m benchmarks.operator_alternatives              # 1-4
+    python -m benchmarks.operator_alternatives --compile    # and 5 (compilation takes minutes)
 
 1. A large grid (``(8, 56, 56, 64)``, the first stage of ``iris_pdessm_s`` at 224²): the two transforms along H
    alone, against one ``C x C`` linear and the whole operator; and the same transform with the even and odd halves
@@ -11,13 +12,11 @@
 3. Band-limited evaluation on the large grids: area-pool to 14², the operator there, bilinear upsampling back. Its
    time against the exact operator's, and its error (of the output's peak) on a smooth field and on white noise.
 4. In the model: ``iris_pdessm_atto`` training steps (CIFAR-10 sizes, stem 4, batch 64) with the operator, with an
-   identity in its place (the sum kept), and without it (``spatial_mix="local"``), alternating.
+   identity in its place (the sum kept), and without it (``spatial_mix="local"``).
 5. With ``--compile``: the same steps with and without the operator, eager and ``torch.compile``d.
 """
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import timm
@@ -26,27 +25,21 @@ import torch.nn.functional as F
 from torch import nn
 
 import iris_timm  # noqa: F401  (registers the iris_* models)
+from iris_timm.benchmark import timed
 from iris_timm.layers import create_cdr
 from iris_timm.layers.cdr import _apply_axis_convolutions, _axis_matrix, _AxisMatrices
 
-REPEATS = 21
+MIN_RUN_TIME = 0.5  # seconds of timed calls per measurement
 
 
-def median_ms(call: Callable[[], object], repeats: int = REPEATS, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        call()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(samples)
+def median_ms(call: Callable[[], object]) -> float:
+    return 1e3 * timed(call, MIN_RUN_TIME, warmup=3).median
 
 
 def axis_matrices(op: nn.Module, H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
     coefficients = op.coefficients()
-    h = op.axis_operator(H, W, 0, op.max_wavenumber, torch.device("cpu"), coefficients)
-    w = op.axis_operator(W, H, 1, op.max_wavenumber, torch.device("cpu"), coefficients)
+    h = op.axis_operator(H, W, 0, torch.device("cpu"), coefficients)
+    w = op.axis_operator(W, H, 1, torch.device("cpu"), coefficients)
     return _axis_matrix(*h).detach(), _axis_matrix(*w).detach()
 
 
@@ -126,18 +119,15 @@ def atto(kind: str, compiled: bool = False) -> tuple[Callable, torch.optim.Optim
 
 
 def training_steps(runs: dict[str, tuple[Callable, torch.optim.Optimizer]]) -> str:
-    """Median ms of alternating training steps (batch 64, 32²) of each run."""
+    """Median ms of training steps (batch 64, 32²) of each run."""
     x, target = torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,))
-    samples: dict[str, list[float]] = {kind: [] for kind in runs}
-    for index in range(REPEATS + 3):
-        for kind, (model, optimizer) in runs.items():
-            start = time.perf_counter()
-            F.cross_entropy(model(x), target).backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            if index >= 3:
-                samples[kind].append(time.perf_counter() - start)
-    return ", ".join(f"{kind} {1e3 * statistics.median(s):.0f} ms" for kind, s in samples.items())
+
+    def step(model: Callable, optimizer: torch.optim.Optimizer) -> None:
+        F.cross_entropy(model(x), target).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    return ", ".join(f"{kind} {median_ms(lambda run=run: step(*run)):.0f} ms" for kind, run in runs.items())
 
 
 def in_the_model() -> None:

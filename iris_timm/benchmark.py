@@ -7,8 +7,9 @@ python -m iris_timm.benchmark --device cuda --amp --channels-last --sizes 224 51
 Every (model, size, mode) runs in a fresh subprocess, so one model's allocations never count against
 another and a model that fails at a size (out of memory, a fixed input size) is reported with its reason.
 
-* Time: ``--warmup`` untimed steps, then ``--repeats`` timed steps; the table shows the median and the
-  JSON keeps every sample. CUDA steps are timed with CUDA events, CPU steps with ``time.perf_counter``.
+* Time: ``--warmup`` untimed steps, then ``torch.utils.benchmark.Timer(...).blocked_autorange`` for at least
+  ``--min-run-time`` seconds (it synchronises the accelerator); the table shows the median seconds per step over
+  the timed blocks, the JSON keeps each block's.
   A training step is forward, cross-entropy, backward and an SGD update.
 * Peak memory: on CUDA ``torch.cuda.max_memory_allocated``; on the CPU the process's peak resident set
   (``getrusage(RUSAGE_SELF).ru_maxrss``) minus the resident set measured after imports and before the
@@ -24,17 +25,17 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils import benchmark
 
 from iris_timm.files import import_pyplot, write_text
 
-__all__ = ["TARGETS", "Target", "check_targets", "main", "measure", "seconds"]
+__all__ = ["TARGETS", "Target", "check_targets", "main", "measure", "timed"]
 
 DEFAULT_MODELS = ["iris_pdessm_s"]
 DEFAULT_PEERS = [
@@ -93,25 +94,12 @@ def training_step(
     return step
 
 
-def seconds(call: Callable[[], Any], device: torch.device) -> float:
-    """Seconds one ``call()`` takes: CUDA events on CUDA, ``time.perf_counter`` elsewhere."""
-    if device.type == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / 1e3
-    begin = time.perf_counter()
-    call()
-    return time.perf_counter() - begin
-
-
-def _timed(step: Callable[[], None], device: torch.device, warmup: int, repeats: int) -> list[float]:
-    """Seconds per call of ``step``, after ``warmup`` untimed calls."""
+def timed(call: Callable[[], Any], min_run_time: float, warmup: int = 0) -> benchmark.Measurement:
+    """``call`` after ``warmup`` untimed calls, timed by ``torch.utils.benchmark.Timer.blocked_autorange`` over at least
+    ``min_run_time`` seconds: the measurement's ``median`` and per-block ``times`` are seconds per call."""
     for _ in range(warmup):
-        step()
-    return [seconds(step, device) for _ in range(repeats)]
+        call()
+    return benchmark.Timer(stmt="call()", globals={"call": call}).blocked_autorange(min_run_time=min_run_time)
 
 
 def _profile_table(step: Callable[[], None], rows: int = 15) -> str:
@@ -134,7 +122,7 @@ def measure(
     channels_last: bool = False,
     compile: bool = False,
     warmup: int = 2,
-    repeats: int = 5,
+    min_run_time: float = 1.0,
     profile: bool = False,
 ) -> dict[str, Any]:
     """Measure one model at one size in this process (the benchmark runs it in a fresh subprocess)."""
@@ -166,13 +154,13 @@ def measure(
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    samples = _timed(step, dev, warmup, repeats)
+    measurement = timed(step, min_run_time, warmup)
     if dev.type == "cuda":
         record["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
     else:
         record["peak_memory_mb"] = (_peak_rss_bytes() - baseline_rss) / 2**20
-    record["seconds"] = samples
-    record["images_per_s"] = batch_size / statistics.median(samples)
+    record["seconds"] = measurement.times
+    record["images_per_s"] = batch_size / measurement.median
     if profile:
         record["profile"] = _profile_table(step)
     return record
@@ -192,7 +180,7 @@ def _run_isolated(args: argparse.Namespace, name: str, size: int, train: bool) -
         channels_last=args.channels_last,
         compile=args.compile,
         warmup=args.warmup,
-        repeats=args.repeats,
+        min_run_time=args.min_run_time,
         profile=args.profile and name.startswith("iris_"),
     )
     code = (
@@ -334,7 +322,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-train", action="store_true", help="inference only")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--min-run-time", type=float, default=1.0, help="seconds of timed steps")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per model, size and mode")
     parser.add_argument("--profile", action="store_true", help="torch.profiler top ops of the iris models")
     parser.add_argument("--out", type=Path, default=Path("benchmark_results"), help="JSON and PNG go here")

@@ -217,9 +217,10 @@ def last_checkpoint(folder: Path) -> str:
 def _lock(folder: Path) -> FileLock:
     """An exclusive OS lock on ``folder/.lock`` holding this process's PID (the OS drops it when the process dies);
     a folder another run holds is refused, naming its PID."""
-    lock = FileLock(folder / LOCK, blocking=False, on_acquired=lambda fd: os.write(fd, str(os.getpid()).encode()))
+    lock = FileLock(folder / LOCK, blocking=False)
     try:
         lock.acquire()
+        (folder / LOCK).write_text(str(os.getpid()))  # another descriptor: the lock stays this process's
     except Timeout:
         holder = (folder / LOCK).read_text().strip() or "unknown"
         raise SystemExit(

@@ -1,5 +1,5 @@
 """The convection–diffusion–reaction operator against independent references: a dense convolution written in
-numpy, the continuous Gaussian solution of the PDE, and its own exact implementations."""
+numpy, the continuous Gaussian solution of the PDE, and an exact FFT over the period."""
 
 import math
 
@@ -10,14 +10,33 @@ import torch
 from iris_timm.layers import CUTOFF_DAMPING, ConvectionDiffusionReaction2d, create_cdr
 
 
-def nchw(op: ConvectionDiffusionReaction2d, x: torch.Tensor) -> torch.Tensor:
-    """The operator (channels-last) on a ``(B, C, H, W)`` map, for the numpy references."""
-    return op(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+def nchw(op: ConvectionDiffusionReaction2d, x: torch.Tensor, apply=None) -> torch.Tensor:
+    """The operator (channels-last; or ``apply(op, x)``) on a ``(B, C, H, W)`` map, for the numpy references."""
+    y = (apply or operator)(op, x.permute(0, 2, 3, 1))
+    return y.permute(0, 3, 1, 2)
 
 
 # Even, odd, non-square and 1-pixel grids.
 GRIDS = [(8, 8), (7, 9), (6, 11), (1, 1), (1, 6), (5, 1), (2, 3)]
-METHODS = ["modes", "separable", "fft"]
+
+
+def fft_reference(op: ConvectionDiffusionReaction2d, x: torch.Tensor) -> torch.Tensor:
+    """The operator on ``(B, H, W, C)`` with every mode kept (no cut, the cut-off diffusion still in the symbol):
+    ``rfft2`` over the (padded) period, in float32."""
+    H, W = x.shape[1], x.shape[2]
+    (period_h, cell), (period_w, _) = op.axis_geometry(H, W), op.axis_geometry(W, H)
+    index = torch.arange(period_h)
+    signed = torch.where(2 * index <= period_h, index, index - period_h)  # FFT order
+    coefficients = op.coefficients()
+    cos_h, sin_h = op.axis_symbol(signed, period_h, cell, 0, coefficients)  # (Ph, C)
+    cos_w, sin_w = op.axis_symbol(torch.arange(period_w // 2 + 1), period_w, cell, 1, coefficients)
+    symbol = torch.complex(cos_h, sin_h)[:, None, :] * torch.complex(cos_w, sin_w)[None, :, :]  # (Ph, Pw/2+1, C)
+    spectrum = torch.fft.rfft2(x.float(), s=(period_h, period_w), dim=(1, 2))
+    return torch.fft.irfft2(spectrum * symbol, s=(period_h, period_w), dim=(1, 2))[:, :H, :W]
+
+
+def operator(op: ConvectionDiffusionReaction2d, x: torch.Tensor) -> torch.Tensor:
+    return op(x)
 
 
 def randomize(op: ConvectionDiffusionReaction2d, seed: int = 0, log_diffusion=(-8.0, -3.0), shift: float = 0.2):
@@ -81,13 +100,15 @@ def reference(x: np.ndarray, op: ConvectionDiffusionReaction2d, modes: float = m
 
 @pytest.mark.parametrize("grid", GRIDS)
 @pytest.mark.parametrize("boundary", ["open", "periodic"])
-@pytest.mark.parametrize("method", METHODS)
-def test_exact_methods_match_the_dense_numpy_convolution(grid, boundary, method):
-    """With every mode kept (modes=0), each method is the dense convolution with the operator's kernel."""
-    op = create_cdr(4, method, num_heads=2, boundary=boundary, modes=0)
+@pytest.mark.parametrize("apply", [operator, fft_reference])
+def test_every_mode_kept_is_the_dense_numpy_convolution(grid, boundary, apply):
+    """With every mode kept (modes=0), the operator, and the FFT reference, are the dense convolution with the
+    operator's kernel."""
+    op = create_cdr(4, num_heads=2, boundary=boundary, modes=0)
     randomize(op)
     x = torch.randn(2, 4, *grid)
-    np.testing.assert_allclose(nchw(op, x).detach().numpy(), reference(x.double().numpy(), op), rtol=1e-4, atol=1e-5)
+    y = nchw(op, x, apply).detach().numpy()
+    np.testing.assert_allclose(y, reference(x.double().numpy(), op), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("grid", [(8, 8), (7, 9), (6, 11), (1, 1), (2, 3), (16, 13), (24, 17)])
@@ -96,7 +117,7 @@ def test_exact_methods_match_the_dense_numpy_convolution(grid, boundary, method)
 def test_modes_keep_exactly_the_wavenumbers_under_the_cutoff(grid, boundary, inference):
     """The matrix-product path is the dense convolution with the symbol cut past |k| = π·modes; in inference, where
     grids up to DENSE_MAX_SIZE run as depthwise convolutions, too."""
-    op = create_cdr(3, "modes", boundary=boundary, modes=2)
+    op = create_cdr(3, boundary=boundary, modes=2)
     randomize(op, seed=1)
     x = torch.randn(2, 3, *grid)
     with torch.inference_mode(inference):
@@ -108,21 +129,19 @@ def test_modes_keep_exactly_the_wavenumbers_under_the_cutoff(grid, boundary, inf
 @pytest.mark.parametrize("modes", [4, 6, 8])
 @pytest.mark.parametrize("grid", [(7, 7), (14, 14), (28, 28), (56, 56), (13, 20)])
 def test_cut_modes_are_damped_below_the_cutoff_damping(modes, grid):
-    """The default path against the exact one: the truncation error stays within CUTOFF_DAMPING."""
-    fast = create_cdr(16, "modes", modes=modes)
-    randomize(fast, seed=2, log_diffusion=(math.log(1e-5), math.log(3e-2)))
-    exact = create_cdr(16, "fft", modes=modes)
-    exact.load_state_dict(fast.state_dict())
+    """The operator against every mode kept: the truncation error stays within CUTOFF_DAMPING."""
+    op = create_cdr(16, modes=modes)
+    randomize(op, seed=2, log_diffusion=(math.log(1e-5), math.log(3e-2)))
     x = torch.randn(2, *grid, 16)
-    y_exact = exact(x)
-    assert (fast(x) - y_exact).abs().max() <= CUTOFF_DAMPING * y_exact.abs().max()
+    y_exact = fft_reference(op, x)
+    assert (op(x) - y_exact).abs().max() <= CUTOFF_DAMPING * y_exact.abs().max()
 
 
 def test_open_boundary_solves_the_pde_on_the_plane():
     """On a fine grid the open operator is the PDE's exact solution: a Gaussian of variance 2 (τ₀ + t D),
     centred at t v, scaled by exp(t r), applied as a zero-padded convolution."""
     H, W = 40, 30
-    op = create_cdr(2, "fft", boundary="open", modes=8)
+    op = create_cdr(2, boundary="open", modes=8)
     randomize(op, seed=3, log_diffusion=(-9.0, -7.0), shift=0.05)  # reach under one side: no wrap of the tails
     x = torch.randn(1, 2, H, W)
     cell = 1.0 / math.sqrt(H * W)
@@ -138,13 +157,13 @@ def test_open_boundary_solves_the_pde_on_the_plane():
         dense_h = gaussian(pos_h[:, None] - pos_h[None, :], c["drift"][ch, 0])
         dense_w = gaussian(pos_w[:, None] - pos_w[None, :], c["drift"][ch, 1])
         expected[0, ch] = np.exp(c["log_gain"][ch]) * dense_h @ x[0, ch].numpy() @ dense_w.T
-    np.testing.assert_allclose(nchw(op, x).detach().numpy(), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(nchw(op, x, fft_reference).detach().numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
 def bright_pixel_convected_right(boundary: str) -> torch.Tensor:
     """A bright pixel near the right edge, carried right by 0.3 of the width; returns the output map."""
     H = W = 32
-    op = create_cdr(1, "modes", boundary=boundary, modes=12)
+    op = create_cdr(1, boundary=boundary, modes=12)
     with torch.no_grad():
         op.log_diffusion.fill_(-30.0)  # only the cut-off diffusion's blur
         op.velocity.copy_(torch.tensor([[0.0, 0.3]]))  # content units: the image is 1 x 1
@@ -164,7 +183,7 @@ def test_open_boundary_does_not_wrap_around():
 
 def blurred_left_column(boundary: str) -> torch.Tensor:
     """A bright left column under the cut-off diffusion's blur alone (width 0.2 of the image), no convection."""
-    op = create_cdr(1, "modes", boundary=boundary, modes=6, diffusion_range=(1e-9, 1e-9), max_initial_shift=0.0)
+    op = create_cdr(1, boundary=boundary, modes=6, diffusion_range=(1e-9, 1e-9), max_initial_shift=0.0)
     x = torch.zeros(1, 1, 24, 24)
     x[..., :, 0] = 1.0
     return nchw(op, x)[0, 0]
@@ -182,7 +201,7 @@ def test_open_boundary_does_not_blur_across_opposite_borders():
 def test_same_content_at_two_resolutions_gives_the_same_output(coarse, fine, boundary):
     """A smooth image sampled at cell centres on a grid and one 3x finer: the fine cell at the centre of each
     coarse cell gets the same output (one set of weights acts on content, not on pixels)."""
-    op = create_cdr(3, "modes", boundary=boundary)
+    op = create_cdr(3, boundary=boundary)
     randomize(op, seed=4, log_diffusion=(-8.0, -4.0), shift=0.1)
 
     def sample(grid):
@@ -207,22 +226,12 @@ def test_parameters_do_not_depend_on_resolution():
         assert op(torch.randn(1, *grid, 8)).shape == (1, *grid, 8)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_methods_share_one_state_dict(method):
-    source = create_cdr(6, "modes", num_heads=3)
-    randomize(source, seed=5, log_diffusion=(-6.0, -3.0))
-    other = create_cdr(6, method, num_heads=3)
-    other.load_state_dict(source.state_dict())
-    x = torch.randn(2, 14, 10, 6)
-    torch.testing.assert_close(other(x), source(x), rtol=0, atol=CUTOFF_DAMPING * source(x).abs().max().item())
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("size", [7, 14, 28, 56])
 def test_modes_run_in_the_autocast_dtype(dtype, size):
     """Under autocast the transforms are GEMMs in the low-precision dtype; forward and backward stay finite
     and close to float32 (bf16 keeps 8 bits of mantissa, fp16 11)."""
-    op = create_cdr(16, "modes")
+    op = create_cdr(16)
     randomize(op, seed=6, log_diffusion=(-8.0, -3.0))
     x = torch.randn(2, size, size, 16, requires_grad=True)
     expected = op(x)
@@ -236,23 +245,12 @@ def test_modes_run_in_the_autocast_dtype(dtype, size):
     assert all(p.grad.isfinite().all() for p in op.parameters())
 
 
-def test_fft_method_keeps_a_float32_island_under_autocast():
-    op = create_cdr(8, "fft")
-    randomize(op)
-    x = torch.randn(2, 14, 7, 8).to(torch.bfloat16)
-    expected = op(x.float()).to(torch.bfloat16)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = op(x)
-    torch.testing.assert_close(y, expected, rtol=0, atol=0)
-
-
 @pytest.mark.parametrize(
     ("kwargs", "phrase"),
     [
         ({"boundary": "reflect"}, "Unknown boundary 'reflect'"),
         ({"modes": -1}, "modes must be >= 1, or 0 for every mode"),
         ({"num_heads": 3}, "must be divisible by num_heads"),
-        ({"method": "dct"}, "Unknown CDR method 'dct'"),
     ],
 )
 def test_bad_arguments_say_what_to_choose(kwargs, phrase):
@@ -260,9 +258,8 @@ def test_bad_arguments_say_what_to_choose(kwargs, phrase):
         create_cdr(4, **kwargs)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_torchscript_matches_eager(method):
-    op = create_cdr(4, method)
+def test_torchscript_matches_eager():
+    op = create_cdr(4)
     randomize(op)
     x = torch.randn(2, 9, 6, 4)
     torch.testing.assert_close(torch.jit.script(op)(x), op(x), rtol=1e-5, atol=1e-6)
@@ -274,9 +271,9 @@ def test_hand_written_gradients_match_autograd(grid, boundary):
     """Small grids apply dense matrices per axis, larger ones the transforms, each with a hand-written backward.
     TorchScript runs the same forward under autograd: the output and the gradients of the input and of the
     coefficients agree, and forced through the transforms, a small grid gives the same again."""
-    op = create_cdr(4, "modes", num_heads=2, boundary=boundary, modes=2)
+    op = create_cdr(4, num_heads=2, boundary=boundary, modes=2)
     randomize(op, seed=8)
-    through_transforms = create_cdr(4, "modes", num_heads=2, boundary=boundary, modes=2)
+    through_transforms = create_cdr(4, num_heads=2, boundary=boundary, modes=2)
     through_transforms.load_state_dict(op.state_dict())
     through_transforms.dense_max_size = 0
     x = torch.randn(3, *grid, 4)
@@ -298,7 +295,7 @@ def test_bases_cached_in_inference_mode_serve_training():
     from iris_timm.layers.cdr import _cached_axis_bases
 
     _cached_axis_bases.cache_clear()
-    op = create_cdr(4, "modes")
+    op = create_cdr(4)
     x = torch.randn(1, 23, 19, 4)  # the transforms' grid: their bases come from the cache
     with torch.inference_mode():
         expected = op(x)

@@ -12,7 +12,6 @@ from timm.models import group_parameters
 from timm.optim import param_groups_weight_decay
 from torchvision.models.feature_extraction import create_feature_extractor
 
-import iris_timm
 from iris_timm.layers import (
     ConvectionDiffusionReaction2d,
     DepthwiseConv,
@@ -119,7 +118,7 @@ def test_the_ablation_switch_picks_each_blocks_spatial_filter(spatial_mix, spati
 
 
 def test_an_unknown_spatial_mix_names_the_choices():
-    with pytest.raises(ValueError, match=r"Unknown spatial_mix 'sum'; choose one of \('both', 'local', 'global'\)"):
+    with pytest.raises(ValueError, match=r"choose one of \('both', 'local', 'global'\)"):
         timm.create_model("iris_pdessm_test", spatial_mix="sum")
 
 
@@ -146,9 +145,9 @@ def test_the_same_weights_run_at_any_resolution():
 @pytest.mark.parametrize(
     ("shape", "message"),
     [
-        ((2, 4, 64, 64), r"Expected an image batch of shape \(B, 3, H, W\) with H, W >= 4, got \[2, 4, 64, 64\]: 4 "),
-        ((3, 64, 64), r"Expected an image batch of shape \(B, 3, H, W\) with H, W >= 4, got a 3-D tensor"),
-        ((1, 3, 3, 64), r"got \[1, 3, 3, 64\]: the input must be at least one stem cell \(4 pixels\)"),
+        ((2, 4, 64, 64), r"\(B, 3, H, W\) with H, W >= 4, got \[2, 4, 64, 64\]"),
+        ((3, 64, 64), "got a 3-D tensor"),
+        ((1, 3, 3, 64), r"at least one stem cell \(4 pixels\)"),
     ],
 )
 def test_bad_input_raises_value_error(shape, message):
@@ -171,22 +170,18 @@ def test_autocast_forward_backward_is_finite(dtype):
     assert_all_grads(model)
 
 
-def test_package_exports_the_model_class():
-    assert isinstance(timm.create_model("iris_pdessm_test"), iris_timm.IrisPDESSM)
-
-
 def test_pretrained_without_published_weights_raises():
-    with pytest.raises(RuntimeError, match="No pretrained weights exist for iris_pdessm_test"):
+    with pytest.raises(RuntimeError, match="No pretrained weights exist"):
         timm.create_model("iris_pdessm_test", pretrained=True)
 
 
 @pytest.mark.parametrize(
     ("x", "message"),
     [
-        (torch.randn(1, 32, 32, 3), r"32 channels instead of 3\. It looks channels-last \(B, H, W, C\): permute"),
+        (torch.randn(1, 32, 32, 3), "looks channels-last"),
         (torch.randn(1, 3, 32, 32, dtype=torch.float64), r"model's dtype torch\.float32, got torch\.float64"),
-        (torch.zeros(1, 3, 32, 32, dtype=torch.uint8), r"got torch\.uint8\. Convert them first"),
-        (torch.zeros(1, 3, 32, 32, dtype=torch.int64), r"got torch\.int64\. Convert them first"),
+        (torch.zeros(1, 3, 32, 32, dtype=torch.uint8), r"got torch\.uint8"),
+        (torch.zeros(1, 3, 32, 32, dtype=torch.int64), r"got torch\.int64"),
     ],
 )
 def test_bad_layout_and_dtype_say_how_to_convert(x, message):
@@ -195,21 +190,15 @@ def test_bad_layout_and_dtype_say_how_to_convert(x, message):
         model(x)
 
 
-def test_float64_model_takes_float64_images():
-    model = timm.create_model("iris_pdessm_test", num_classes=3).double().eval()
-    assert model(torch.randn(1, 3, 32, 32, dtype=torch.float64)).dtype == torch.float64
-
-
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
         (dict(kernel_size=4), "kernel_size must be an odd whole number >= 1"),
         (dict(kernel_size=0), "kernel_size must be an odd whole number >= 1"),
-        (dict(pde_modes=2.5), r"pde_modes must be a whole number >= 0 \(0 keeps every mode\), got 2\.5"),
+        (dict(pde_modes=2.5), r"pde_modes must be a whole number >= 0.*got 2\.5"),
         (dict(pde_modes=-1), "pde_modes must be a whole number >= 0"),
-        (dict(depths=(-1, 1, 1, 1)), r"depths must be whole numbers >= 0, one per stage, got \(-1, 1, 1, 1\)"),
+        (dict(depths=(-1, 1, 1, 1)), "depths must be whole numbers >= 0"),
         (dict(dims=(24, 0, 48, 64)), "dims must be whole numbers >= 1"),
-        (dict(features_only=True, out_indices=()), r"No stage selected \(indices/out_indices is empty\)"),
     ],
 )
 def test_bad_model_arguments_are_refused_at_construction(kwargs, message):
@@ -217,12 +206,20 @@ def test_bad_model_arguments_are_refused_at_construction(kwargs, message):
         timm.create_model("iris_pdessm_test", **kwargs)
 
 
-def test_empty_intermediate_indices_are_refused():
-    model = timm.create_model("iris_pdessm_test")
+@pytest.mark.parametrize(
+    "select_none",
+    [
+        pytest.param(lambda: timm.create_model("iris_pdessm_test", features_only=True, out_indices=()), id="features"),
+        pytest.param(
+            lambda: timm.create_model("iris_pdessm_test").forward_intermediates(torch.randn(1, 3, 32, 32), indices=[]),
+            id="intermediates",
+        ),
+        pytest.param(lambda: timm.create_model("iris_pdessm_test").prune_intermediate_layers(indices=[]), id="prune"),
+    ],
+)
+def test_an_empty_stage_selection_is_refused(select_none):
     with pytest.raises(ValueError, match="No stage selected"):
-        model.forward_intermediates(torch.randn(1, 3, 32, 32), indices=[])
-    with pytest.raises(ValueError, match="No stage selected"):
-        model.prune_intermediate_layers(indices=[])
+        select_none()
 
 
 def test_an_empty_stage_keeps_the_downsample():

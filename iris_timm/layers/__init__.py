@@ -3,12 +3,9 @@
 
 from .cdr import (
     BOUNDARIES,
-    CDR_METHODS,
     CUTOFF_DAMPING,
     ConvectionDiffusionReaction2d,
-    FFTConvectionDiffusionReaction2d,
     ModesConvectionDiffusionReaction2d,
-    SeparableConvectionDiffusionReaction2d,
     create_cdr,
 )
 from .legacy import PDESSMBlock
@@ -16,16 +13,13 @@ from .pde_ssm import SPATIAL_MIXES, DepthwiseConv, LocalPlusGlobal, create_spati
 
 __all__ = [
     "BOUNDARIES",
-    "CDR_METHODS",
     "CUTOFF_DAMPING",
     "SPATIAL_MIXES",
     "ConvectionDiffusionReaction2d",
     "DepthwiseConv",
-    "FFTConvectionDiffusionReaction2d",
     "LocalPlusGlobal",
     "ModesConvectionDiffusionReaction2d",
     "PDESSMBlock",
-    "SeparableConvectionDiffusionReaction2d",
     "create_cdr",
     "create_spatial_filter",
 ]

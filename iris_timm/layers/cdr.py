@@ -32,17 +32,21 @@ Cut-off and modes
     bounds the truncation error. The operator is therefore a smooth, global mixer (its narrowest blur has width
     ``sqrt(2 τ₀) ≈ 1.18 / modes`` of the image side); detail finer than that is the block's local path's job.
 
-Implementations (one class each, chosen once by :func:`create_cdr`; all compute the same operator and share
-one state dict)
-    ``"modes"``: the kept modes as matrix products: a real cosine/sine transform along H,
-    then along W, the symbol as a 2×2 rotation per mode and channel, and the inverse transforms. Ordinary GEMMs:
-    they run in the autocast dtype with float32 accumulation, on tensor cores, on any grid, and export to ONNX.
-    Cost per pixel and channel about ``4·(modes + 1)`` multiply-adds on large grids (the two transforms along H;
-    those along W act on the already reduced map); exact up to the cut-off damping.
-    ``"separable"``: the symbol factorises into one factor per axis, so the operator is one dense 1-D operator
-    along H and one along W per channel (``H + W`` multiply-adds per pixel and channel), with every mode: exact.
-    ``"fft"``: ``rfft2`` over the (padded) period, in float32 (the FFT is float32 under autocast, and cuFFT
-    refuses half precision on non-power-of-two sizes): exact, kept as the reference.
+Implementation
+    The kept modes as matrix products: a real cosine/sine transform along H, then along W, the symbol as a 2×2
+    rotation per mode and channel, and the inverse transforms. Ordinary GEMMs: they run in the autocast dtype with
+    float32 accumulation, on tensor cores, on any grid. Cost per pixel and channel about ``4·(modes + 1)``
+    multiply-adds on large grids (the two transforms along H; those along W act on the already reduced map); exact
+    up to the cut-off damping. On grids of at most :data:`DENSE_MAX_SIZE` cells a side the same modes apply as one
+    dense matrix per channel and axis. Eager PyTorch caches the transforms per grid and differentiates through a
+    hand-written backward.
+
+Export
+    Where the grid's size is a symbol of a recorded graph (``torch.export`` with dynamic shapes, and so
+    ``torch.onnx.export(..., dynamo=True)``; ``torch.jit.trace``, and so ``dynamo=False``), the transforms are built
+    inside the graph from the input's size, so a graph exported with a free image size computes the same operator
+    at every size: the frequencies up to a bound that holds at every aspect ratio, the ones past the cut-off masked
+    out.
 """
 
 import functools
@@ -55,13 +59,10 @@ from torch import nn
 
 __all__ = [
     "BOUNDARIES",
-    "CDR_METHODS",
     "CUTOFF_DAMPING",
     "DENSE_MAX_SIZE",
     "ConvectionDiffusionReaction2d",
-    "FFTConvectionDiffusionReaction2d",
     "ModesConvectionDiffusionReaction2d",
-    "SeparableConvectionDiffusionReaction2d",
     "create_cdr",
 ]
 
@@ -73,49 +74,88 @@ CUTOFF_DAMPING = 1e-3
 DENSE_MAX_SIZE = 16
 
 
-def _kept_frequencies(period: int, cell: float, max_wavenumber: float, device: torch.device) -> torch.Tensor:
-    """Integer frequencies ``0 .. m`` of a real transform over ``period`` samples: up to the first whose
-    wavenumber reaches ``max_wavenumber`` (so every cut one lies above it), at most ``period // 2``."""
-    highest = period // 2
-    if math.isfinite(max_wavenumber):
-        highest = min(highest, math.ceil(max_wavenumber * period * cell / (2 * math.pi) - 1e-6))
-    return torch.arange(highest + 1, device=device)
+def _kept(
+    frequencies: torch.Tensor, period: torch.Tensor, size: torch.Tensor, other: torch.Tensor, reach: int
+) -> torch.Tensor:
+    """Which integer ``frequencies`` of a real transform over ``period`` samples the cut-off keeps, on an axis of
+    ``size`` cells (the other axis has ``other``): at most ``period // 2``, and up to the first whose wavenumber
+    ``2π m / (period · cell)`` reaches ``π·modes`` (so every cut one lies above it). With ``reach = modes · period /
+    size`` (``0``: no cut-off) it reaches it where ``4 m² · other >= reach² · size``: exact in integers, and operations
+    an exporter records on sizes that are symbols of the graph."""
+    keep = 2 * frequencies <= period
+    if reach:
+        below = frequencies - 1
+        keep = keep & ((frequencies == 0) | (4 * below * below * other < reach * reach * size))
+    return keep
 
 
-def _bases(frequencies: torch.Tensor, period: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _bases(
+    frequencies: torch.Tensor, period: int, size: int, keep: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The real transform of ``size`` cells over ``period`` samples, on the kept ``frequencies`` (``M``):
 
     * analysis ``(2M, size)``: rows ``cos`` then ``sin`` of ``2π m j / period``, over ``sqrt(period)``;
     * synthesis ``(size, 2M)``: its inverse on the real half spectrum, cropped to the ``size`` cells: a frequency
-      ``m`` stands for ``±m`` (weight 2), except 0 and the Nyquist frequency (weight 1).
+      ``m`` stands for ``±m`` (weight 2), except 0 and the Nyquist frequency (weight 1), and for nothing where
+      ``keep`` is false.
 
-    ``m · j`` is reduced modulo the period in integers first, so the angles stay exact in float32.
+    ``m · j`` is reduced modulo the period in integers first, so the angles stay exact in float32. In a recorded
+    graph ``period`` is a tensor and ``size`` a symbol (:func:`_graph_axis_bases`).
     """
     j = torch.arange(size, device=frequencies.device)
     angle = (2 * math.pi / period) * torch.remainder(frequencies[:, None] * j[None, :], period).float()
-    analysis = torch.cat([angle.cos(), angle.sin()]) / math.sqrt(period)  # (2M, size)
+    analysis = torch.cat([angle.cos(), angle.sin()]) / period**0.5  # (2M, size)
     weight = 2.0 - ((frequencies == 0) | (2 * frequencies == period)).float()
+    if keep is not None:
+        weight = weight * keep
     # Contiguous: a transposed view sends the batched GEMMs down a path several times slower on the CPU.
     return analysis, (analysis * weight.repeat(2)[:, None]).t().contiguous()
 
 
 def _axis_bases(
-    period: int, size: int, cell: float, max_wavenumber: float, device: torch.device
+    size: int, other: int, scale: int, modes: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The kept frequencies and the analysis and synthesis bases of one axis."""
-    frequencies = _kept_frequencies(period, cell, max_wavenumber, device)
+    """The kept frequencies and the analysis and synthesis bases of an axis of ``size`` cells (the other has
+    ``other``) on a period of ``scale · size`` samples, cut off at ``modes`` (0: none)."""
+    period = scale * size
+    # Counted on the CPU, whatever the device (the meta device has no values).
+    sizes = [torch.tensor(n, device="cpu") for n in (period, size, other)]
+    kept = _kept(torch.arange(period // 2 + 1, device="cpu"), sizes[0], sizes[1], sizes[2], scale * modes)
+    frequencies = torch.arange(int(kept.sum()), device=device)
     analysis, synthesis = _bases(frequencies, period, size)
     return frequencies, analysis, synthesis
 
 
 @functools.lru_cache(maxsize=512)
 def _cached_axis_bases(
-    period: int, size: int, cell: float, max_wavenumber: float, device: torch.device
+    size: int, other: int, scale: int, modes: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`_axis_bases`, built once per grid and device (they hold no parameter). Built outside inference mode,
     so an entry made there still serves training."""
     with torch.inference_mode(False), torch.no_grad():
-        return _axis_bases(period, size, cell, max_wavenumber, device)
+        return _axis_bases(size, other, scale, modes, device)
+
+
+def _size_tensor(size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A size (an int, a symbol of torch.export's graph, or a tensor under torch.jit.trace) as a 0-dim tensor that
+    the graph computes from the input's shape (``torch.as_tensor`` would record a symbolic size as a constant)."""
+    if isinstance(size, torch.Tensor):
+        return size.to(device=device, dtype=dtype)
+    return torch.scalar_tensor(size, dtype=dtype, device=device)
+
+
+def _graph_axis_bases(size, other, scale: int, modes: int, device: torch.device):
+    """:func:`_axis_bases` for a graph that runs at every size: ``size`` and ``other`` may be symbols of the graph.
+    The number of kept frequencies needs a square root of the aspect ratio, which exporters do not record on sizes;
+    the graph keeps a bound that is a product of integers (``ceil(reach / 2) · ceil(size / other)``, as
+    ``sqrt(size / other) <= ceil(size / other)``; the count itself on square grids) and masks the frequencies past
+    the cut-off out of the synthesis. Arithmetic runs on the sizes as tensors, which every exporter records."""
+    reach = scale * modes
+    bound = (reach + 1) // 2 * ((size + other - 1) // other) if reach else scale * size // 2
+    frequencies = torch.arange(bound + 1, device=device)
+    period, cells, other = (_size_tensor(n, torch.int64, device) for n in (scale * size, size, other))
+    analysis, synthesis = _bases(frequencies, period, size, _kept(frequencies, period, cells, other, reach))
+    return frequencies, analysis, synthesis
 
 
 def _rotate(z: torch.Tensor, dim: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -279,10 +319,8 @@ torch.fx.wrap("apply_operator")
 
 class ConvectionDiffusionReaction2d(nn.Module):
     """Learnable convection–diffusion–reaction operator on a channels-last feature map ``(B, H, W, C)``: its
-    coefficients and its symbol. The implementations, :class:`ModesConvectionDiffusionReaction2d` (the default),
-    :class:`SeparableConvectionDiffusionReaction2d` and :class:`FFTConvectionDiffusionReaction2d`, subclass it and
-    define :meth:`apply_nhwc`; :func:`create_cdr` builds one by name. See the module docstring for the operator,
-    its boundary and its cut-off.
+    coefficients and its symbol. :class:`ModesConvectionDiffusionReaction2d` applies it (:meth:`apply_nhwc`);
+    :func:`create_cdr` builds one. See the module docstring for the operator, its boundary and its cut-off.
 
     Args:
         channels: number of channels; the operator does not mix them.
@@ -322,8 +360,8 @@ class ConvectionDiffusionReaction2d(nn.Module):
         self.diffusion_range = diffusion_range
         self.max_initial_shift = max_initial_shift
         # No cut-off (modes=0) keeps every mode of the grid, with no cut-off diffusion τ₀.
-        self.max_wavenumber = math.pi * modes if modes else math.inf
-        self.cutoff_diffusion = math.log(1.0 / CUTOFF_DAMPING) / self.max_wavenumber**2  # τ₀ (0 with no cut-off)
+        max_wavenumber = math.pi * modes if modes else math.inf
+        self.cutoff_diffusion = math.log(1.0 / CUTOFF_DAMPING) / max_wavenumber**2  # τ₀ (0 with no cut-off)
 
         self.log_diffusion = nn.Parameter(torch.empty(num_heads, **dd))
         self.velocity = nn.Parameter(torch.empty(num_heads, 2, **dd))
@@ -383,25 +421,28 @@ class ConvectionDiffusionReaction2d(nn.Module):
         size: int,
         other: int,
         axis: int,
-        max_wavenumber: float,
         device: torch.device,
         coefficients: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One axis of ``size`` cells (the other has ``other``), on the frequencies up to ``max_wavenumber``: the
-        analysis ``(2M, size)`` and synthesis ``(size, 2M)`` bases and the symbol's ``ρ cos ψ`` and ``ρ sin ψ``,
-        each ``(M, C)``."""
-        period, cell = self.axis_geometry(size, other)
+        """One axis of ``size`` cells (the other has ``other``), on the kept frequencies: the analysis ``(2M, size)``
+        and synthesis ``(size, 2M)`` bases and the symbol's ``ρ cos ψ`` and ``ρ sin ψ``, each ``(M, C)``."""
         if torch.jit.is_scripting():  # TorchScript compiles no cache: the bases are rebuilt per call
-            frequencies, analysis, synthesis = _axis_bases(period, size, cell, max_wavenumber, device)
-        elif torch.compiler.is_compiling():  # a trace must not cache its symbolic tensors
-            frequencies, analysis, synthesis = _axis_bases(period, size, cell, max_wavenumber, device)
+            period, cell = self.axis_geometry(size, other)
+            frequencies, analysis, synthesis = _axis_bases(size, other, self.period_scale, self.modes, device)
+        elif not isinstance(size, int) or torch.compiler.is_compiling():
+            # A graph's symbol (torch.export, torch.jit.trace), or a trace that must not cache its tensors nor read
+            # their values: tensor operations on the sizes.
+            period = _size_tensor(self.period_scale * size, torch.int64, device)
+            cell = _size_tensor(size * other, torch.float32, device).rsqrt()
+            frequencies, analysis, synthesis = _graph_axis_bases(size, other, self.period_scale, self.modes, device)
         else:
-            frequencies, analysis, synthesis = _cached_axis_bases(period, size, cell, max_wavenumber, device)
+            period, cell = self.axis_geometry(size, other)
+            frequencies, analysis, synthesis = _cached_axis_bases(size, other, self.period_scale, self.modes, device)
         cos, sin = self.axis_symbol(frequencies, period, cell, axis, coefficients)
         return analysis, synthesis, cos, sin
 
     def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
-        """The operator on ``(B, H, W, C)``: each implementation's own."""
+        """The operator on ``(B, H, W, C)``: the subclass's."""
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, H, W, C)
@@ -417,7 +458,7 @@ class ConvectionDiffusionReaction2d(nn.Module):
 
 @register_notrace_module  # the grid size drives the transforms: a leaf for timm's tracer
 class ModesConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
-    """The operator on the kept modes (``"modes"``, the default): transforms on large grids, dense axis matrices
+    """The operator on the kept modes: transforms on large grids, dense axis matrices
     on grids of at most :data:`DENSE_MAX_SIZE` cells a side; both with a hand-written backward."""
 
     def __init__(self, channels: int, **kwargs):
@@ -432,11 +473,10 @@ class ModesConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
         All compute the same operator."""
         H, W = x.shape[1], x.shape[2]
         coefficients = self.coefficients()
-        h = self.axis_operator(H, W, 0, self.max_wavenumber, x.device, coefficients)
-        w = self.axis_operator(W, H, 1, self.max_wavenumber, x.device, coefficients)
-        dense = H <= self.dense_max_size and W <= self.dense_max_size
+        h = self.axis_operator(H, W, 0, x.device, coefficients)
+        w = self.axis_operator(W, H, 1, x.device, coefficients)
         if torch.jit.is_scripting():  # TorchScript compiles no autograd function: it differentiates the forward
-            if dense:
+            if H <= self.dense_max_size and W <= self.dense_max_size:
                 return _apply_axis_matrices(
                     x, _axis_matrix(h[0], h[1], h[2], h[3]), _axis_matrix(w[0], w[1], w[2], w[3])
                 )[0]
@@ -444,61 +484,18 @@ class ModesConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
             return _apply_modes(x, h[0], h[1], h[2], h[3], w[0], w[1], w[2], w[3])[0]
         dtype = _compute_dtype(x)
         x = x.to(dtype)
+        if not isinstance(H, int):  # a graph for every size (see axis_operator): one path, its forward differentiated
+            return _apply_modes(x, *(t.to(dtype) for t in (*_rotation(*h), *_rotation(*w))))[0]
+        dense = H <= self.dense_max_size and W <= self.dense_max_size
         factors = (_axis_matrix(*h), _axis_matrix(*w)) if dense else (*_rotation(*h), *_rotation(*w))
         factors = tuple(t.to(dtype) for t in factors)
         if not torch.is_grad_enabled():  # inference keeps nothing for backward
             return _apply_axis_convolutions(x, *factors) if dense else _apply_modes(x, *factors)[0]
-        if torch.compiler.is_compiling():  # torch.compile and torch.export differentiate the plain forward
+        if torch.compiler.is_compiling():  # torch.compile differentiates the plain forward
             return (_apply_axis_matrices if dense else _apply_modes)(x, *factors)[0]
         return (_AxisMatrices if dense else _Modes).apply(x, *factors)
 
 
-@register_notrace_module
-class SeparableConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
-    """The same operator, exact: one dense 1-D operator per channel along H, then one along W."""
-
-    def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
-        H, W = x.shape[1], x.shape[2]
-        coefficients = self.coefficients()
-        # The exact 1-D operator along each axis, every mode kept.
-        h = self.axis_operator(H, W, 0, math.inf, x.device, coefficients)
-        w = self.axis_operator(W, H, 1, math.inf, x.device, coefficients)
-        along_h = _axis_matrix(h[0], h[1], h[2], h[3]).to(x.dtype)  # (C, H, H)
-        along_w = _axis_matrix(w[0], w[1], w[2], w[3]).to(x.dtype)  # (C, W, W)
-        y = torch.einsum("cij,bjwc->biwc", along_h, x)
-        return torch.einsum("cij,bhjc->bhic", along_w, y)  # (B, H, W, C)
-
-
-@register_notrace_module
-class FFTConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
-    """The same operator, exact: ``rfft2`` over the (padded) period in float32. The reference."""
-
-    def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
-        H, W = x.shape[1], x.shape[2]
-        (period_h, cell), (period_w, _) = self.axis_geometry(H, W), self.axis_geometry(W, H)
-        index = torch.arange(period_h, device=x.device)
-        signed = torch.where(2 * index <= period_h, index, index - period_h)  # FFT order
-        coefficients = self.coefficients()
-        cos_h, sin_h = self.axis_symbol(signed, period_h, cell, 0, coefficients)  # (Ph, C)
-        half_w = torch.arange(period_w // 2 + 1, device=x.device)
-        cos_w, sin_w = self.axis_symbol(half_w, period_w, cell, 1, coefficients)
-        symbol = torch.complex(cos_h, sin_h)[:, None, :] * torch.complex(cos_w, sin_w)[None, :, :]  # (Ph, Pw/2+1, C)
-        # A float32 island: autocast runs FFTs in float32, and the product with the symbol is complex64.
-        spectrum = torch.fft.rfft2(x.float(), s=(period_h, period_w), dim=(1, 2))
-        y = torch.fft.irfft2(spectrum * symbol, s=(period_h, period_w), dim=(1, 2))
-        return y[:, :H, :W].to(x.dtype)
-
-
-CDR_METHODS = {
-    "modes": ModesConvectionDiffusionReaction2d,
-    "separable": SeparableConvectionDiffusionReaction2d,
-    "fft": FFTConvectionDiffusionReaction2d,
-}
-
-
-def create_cdr(channels: int, method: str = "modes", **kwargs) -> ConvectionDiffusionReaction2d:
-    """The CDR operator computed by ``method`` (``"modes"``, ``"separable"`` or ``"fft"``); other arguments as
-    :class:`ConvectionDiffusionReaction2d`'s. Every method takes the same state dict."""
-    if method not in CDR_METHODS:
-        raise ValueError(f"Unknown CDR method {method!r}; choose one of {tuple(CDR_METHODS)}.")
-    return CDR_METHODS[method](channels, **kwargs)
+def create_cdr(channels: int, **kwargs) -> ConvectionDiffusionReaction2d:
+    """The CDR operator; arguments as :class:`ConvectionDiffusionReaction2d`'s."""
+    return ModesConvectionDiffusionReaction2d(channels, **kwargs)
