@@ -168,6 +168,7 @@ def test_embedded_default_trains_evaluates_and_exports(tmp_path):
     result = run("--max-steps", "12", "--output-dir", str(out))
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 12 and summary["best_top1"] is not None
+    assert 0 < summary["train_time_s"] < summary["process_wall_time_s"]  # training alone, then the whole process
     assert "summary: " in result.stdout
     for name in ("model.safetensors", "config.json", "README.md", "train_config.yaml", "metrics.jsonl"):
         assert (out / name).is_file(), name
