@@ -67,9 +67,9 @@ def test_long_commands_name_what_exists(path):
 
 
 def test_the_check_fails_on_a_removed_recipe(tmp_path):
-    shutil_copy = (ROOT / "configs").glob("*.yaml")
+    recipes = (ROOT / "configs").glob("*.yaml")
     (tmp_path / "configs").mkdir()
-    for recipe in shutil_copy:
+    for recipe in recipes:
         if recipe.name != "cifar10_cpu_iris_local.yaml":
             (tmp_path / "configs" / recipe.name).write_text(recipe.read_text())
     block = "python train.py --config configs/cifar10_cpu_iris_local.yaml --seed 1 --no-such-flag 2"
