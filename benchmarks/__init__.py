@@ -4,5 +4,5 @@
 - ``python -m benchmarks.operator_benchmark``: the PDE operator's cost per stage against one linear layer;
 - ``python -m benchmarks.operator_alternatives``: what was tried for the operator's speed and not kept.
 
-The benchmark users run, ``python -m iris_timm.benchmark``, stays in the package.
+The benchmark users run, ``python -m iris_timm.tools.benchmark``, stays in the package.
 """

@@ -11,7 +11,7 @@ Parts, each written to ``results.json`` and ``results.md`` in ``--out`` as soon 
    non-square grids (finite or not), and the largest error of the model's output and of one CDR operator's against
    float32, relative to the float32 output's largest magnitude;
 2. throughput: training step and inference images/s and peak memory (``torch.cuda.max_memory_allocated``) at 224²
-   and 1024², bf16 autocast, channels-last (:func:`iris_timm.benchmark.measure`); with ``--compile`` also the iris
+   and 1024², bf16 autocast, channels-last (:func:`iris_timm.tools.benchmark.measure`); with ``--compile`` also the iris
    models' inference under ``torch.compile``, which needs a larger budget (``--budget-s 600``);
 3. pathfinder: at contour lengths 6, 9 and 14, the iris recipe, its local-only and global-only ablations and a ResNet
    peer, each trained the same seconds (bf16 autocast, images on the device, dihedral flips by ``BatchAugment``,
@@ -43,11 +43,11 @@ from timm.optim import create_optimizer_v2
 import iris_timm  # noqa: F401  (registers the iris_* models)
 from benchmarks.pack_pathfinder import DEFAULT_OUT as DEFAULT_DATA
 from benchmarks.pack_pathfinder import FOLDERS, SPLITS, pack, split_name
-from iris_timm.benchmark import measure
-from iris_timm.data import preprocessing
 from iris_timm.files import write_text
 from iris_timm.layers import ConvectionDiffusionReaction2d, create_cdr
-from iris_timm.memory_data import BatchAugment, load_compact, save_compact
+from iris_timm.tools.benchmark import measure
+from iris_timm.training.data import preprocessing
+from iris_timm.training.memory_data import BatchAugment, load_compact, save_compact
 from train import Config, parse_config
 
 __all__ = ["Plan", "Settings", "check_model", "check_operator", "main", "make_plan", "markdown", "train_pathfinder"]

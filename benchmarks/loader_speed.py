@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from iris_timm.run_folder import read_summary
+from iris_timm.training.run_folder import read_summary
 
 LOADERS = ("pil", "memory")
 

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import iris_timm  # noqa: F401  (registers the iris_* models)
-from iris_timm.benchmark import timed
 from iris_timm.layers import create_cdr
 from iris_timm.layers.cdr import _apply_axis_convolutions, _axis_matrix, _AxisMatrices
+from iris_timm.tools.benchmark import timed
 
 MIN_RUN_TIME = 0.5  # seconds of timed calls per measurement
 

@@ -31,9 +31,9 @@ from typing import Any
 import timm
 import torch
 
-from iris_timm.benchmark import default_batch_size, timed, training_step
 from iris_timm.files import write_text
 from iris_timm.layers import ConvectionDiffusionReaction2d, create_cdr
+from iris_timm.tools.benchmark import default_batch_size, timed, training_step
 
 __all__ = ["TARGET_RATIO", "TARGET_TRAINING", "TRAINING_MODELS", "main", "measure_training", "stage_operators"]
 

@@ -4,7 +4,7 @@
     python -m benchmarks.pack_pathfinder --limit 256 --out output/pathfinder64_small.npz
 
 Each set's train and val Parquet files are decoded once into 64x64 greyscale uint8 arrays and saved with
-:func:`iris_timm.memory_data.save_compact` under the split names ``length<L>_train`` and ``length<L>_val``.
+:func:`iris_timm.training.memory_data.save_compact` under the split names ``length<L>_train`` and ``length<L>_val``.
 """
 
 import argparse
@@ -16,7 +16,7 @@ import datasets
 import pyarrow.parquet as pq
 import torch
 
-from iris_timm.memory_data import decode_images, save_compact
+from iris_timm.training.memory_data import decode_images, save_compact
 
 __all__ = ["DEFAULT_OUT", "FOLDERS", "SPLITS", "pack", "split_name"]
 

@@ -34,7 +34,7 @@ from torch import nn
 from iris_timm.files import atomic_write, import_pyplot, write_text
 from iris_timm.hub import from_pretrained
 from iris_timm.layers import ConvectionDiffusionReaction2d, DepthwiseConv
-from iris_timm.run_folder import Summary, read_evaluations, read_summary, read_train_config
+from iris_timm.training.run_folder import Summary, read_evaluations, read_summary, read_train_config
 
 __all__ = [
     "Run",

@@ -13,7 +13,7 @@ from torch import nn
 
 import iris_timm  # noqa: F401  (registers the iris_* models)
 from iris_timm.layers import ConvectionDiffusionReaction2d
-from iris_timm.run_folder import Summary
+from iris_timm.training.run_folder import Summary
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

@@ -2,7 +2,7 @@
 
 import math
 
-from iris_timm.benchmark import check_targets, default_batch_size
+from iris_timm.tools.benchmark import check_targets, default_batch_size
 
 
 def record(model: str, size: int, images_per_s: float, peak_memory_mb: float = 100.0) -> dict:

@@ -12,8 +12,8 @@ from conftest import ROOT
 
 from benchmarks import pack_pathfinder
 from benchmarks.gpu_study import FULL, cosine_lr, main, make_plan, recipe_path
-from iris_timm.memory_data import load_compact
-from train import parse_config
+from iris_timm.training import parse_config
+from iris_timm.training.memory_data import load_compact
 
 
 def test_plan_fills_the_budget_and_refuses_more():

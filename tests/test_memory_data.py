@@ -10,7 +10,7 @@ from datasets import Image as ImageFeature
 from PIL import Image
 
 from iris_timm import memory_data
-from iris_timm.memory_data import (
+from iris_timm.training.memory_data import (
     BatchAugment,
     ImageTensorDataset,
     UnreadableImage,

@@ -11,7 +11,7 @@ from conftest import run_summary
 from safetensors.torch import save_file
 
 from iris_timm.files import apply_umask, atomic_write, write_text
-from iris_timm.run_folder import (
+from iris_timm.training.run_folder import (
     Evaluation,
     TrainerState,
     TrainingLog,

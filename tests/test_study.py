@@ -21,7 +21,7 @@ from benchmarks.study import (
     top1_at_sizes,
 )
 from iris_timm.layers import ConvectionDiffusionReaction2d, create_cdr
-from iris_timm.run_folder import Evaluation, TrainingLog, append_metrics, write_summary, write_train_config
+from iris_timm.training.run_folder import Evaluation, TrainingLog, append_metrics, write_summary, write_train_config
 
 
 def write_run(folder: Path, model: str, top1: float, curve: list[tuple[float, float]], **summary) -> None:

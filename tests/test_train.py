@@ -20,9 +20,10 @@ import torch
 from safetensors.torch import load_file
 
 import iris_timm
-from iris_timm.clock import fit_to_budget
-from iris_timm.data import ConvertImage
-from iris_timm.run_folder import TrainerState
+from iris_timm.training import TrainingError, trainer
+from iris_timm.training.clock import fit_to_budget
+from iris_timm.training.data import ConvertImage
+from iris_timm.training.run_folder import TrainerState
 
 ROOT = Path(__file__).resolve().parents[1]
 CIFAR10 = ROOT.parent / "shared" / "data" / "cifar10"
@@ -79,7 +80,7 @@ def test_a_recipe_overrides_its_base_and_the_command_line_overrides_both(tmp_pat
 def test_a_recipe_that_is_its_own_base_fails(tmp_path):
     (tmp_path / "a.yaml").write_text("base: b.yaml\n")
     (tmp_path / "b.yaml").write_text("base: a.yaml\n")
-    with pytest.raises(SystemExit, match=r"name each other as base in a cycle: .*a\.yaml -> .*b\.yaml -> .*a\.yaml"):
+    with pytest.raises(TrainingError, match=r"name each other as base in a cycle: .*a\.yaml -> .*b\.yaml -> .*a\.yaml"):
         train.parse_config(["--config", str(tmp_path / "a.yaml")])
 
 
@@ -130,7 +131,7 @@ def test_config_errors_name_the_key(tmp_path, argv, yaml_text, message):
     if yaml_text is not None:
         (tmp_path / "bad.yaml").write_text(yaml_text)
         argv = ["--config", str(tmp_path / "bad.yaml"), *argv]
-    with pytest.raises(SystemExit, match=message):
+    with pytest.raises(TrainingError, match=message):
         train.parse_config(argv)
 
 
@@ -188,7 +189,7 @@ def test_a_time_budget_fixes_the_step_count_and_evaluations_record_the_training_
     summary = json.loads((out / "summary.json").read_text())
     fitted = re.findall(r"s per step: (\d+) steps fit the time budget", result.stdout)
     assert fitted, result.stdout[-2000:]
-    assert summary["steps"] >= train.PACE_STEPS[1]
+    assert summary["steps"] >= trainer.PACE_STEPS[1]
     assert summary["steps"] < 50 * 102  # far fewer than the recipe's 50 epochs of 102 steps
     val = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "val/top1" in line]
     assert len(val) >= 4  # one a second, and one after the last step
@@ -288,7 +289,7 @@ def test_resume_auto_ignores_a_half_written_checkpoint(base_run, tmp_path):
     half = out / "checkpoints" / ".tmp-step_00000006"
     half.mkdir()
     (half / "model.safetensors").write_bytes(b"truncated")
-    assert train.checkpoint_dirs(out)[-1].name == "step_00000004"
+    assert trainer.checkpoint_dirs(out)[-1].name == "step_00000004"
     # What the killed run logged after its last complete checkpoint: the resumed run logs step 6 again.
     with open(out / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"step": 6, "epoch": 0, "train/loss": 123.0}) + "\n")
@@ -320,7 +321,7 @@ def test_non_finite_losses_stop_the_run_and_keep_the_last_good_checkpoint(tmp_pa
     result = run(*args, "--checkpoint-every", "1", "--max-bad-steps", "2", "--output-dir", str(out), check=False)
     assert result.returncode != 0
     assert "non-finite losses in a row at step" in result.stderr
-    good = train.checkpoint_dirs(out)
+    good = trainer.checkpoint_dirs(out)
     assert good, "no checkpoint was written before the loss diverged"
     assert f"Last good checkpoint: {good[-1]}" in result.stderr
     assert (good[-1] / "trainer_state.json").is_file()
@@ -420,7 +421,7 @@ def test_the_default_models_arguments_do_not_leak_into_another_model():
     assert train.parse_config(["--model", "resnet18", "--model-kwargs", '{"drop_rate": 0.1}']).model_kwargs == {
         "drop_rate": 0.1
     }
-    model = train.create_model(train.parse_config(["--model", "resnet10t"]), num_classes=3)
+    model = trainer.create_model(train.parse_config(["--model", "resnet10t"]), num_classes=3)
     assert model.eval()(torch.zeros(1, 3, 32, 32)).shape == (1, 3)
 
 
@@ -481,7 +482,7 @@ def test_bad_datasets_fail_with_what_to_fix(tmp_path, labels, kwargs, argv, mess
 def test_parquet_without_datasets_metadata_decodes_its_images(tmp_path):
     data = parquet_dataset(tmp_path / "data", [0, 1, 2] * 8, metadata=False)
     cfg = train.parse_config([*SMOKE, "--dataset", str(data), "--output-dir", str(tmp_path / "out")])
-    train_data, _ = train.load_splits(cfg)
+    train_data, _ = trainer.load_splits(cfg)
     assert train_data[0]["image"].size == (8, 8)
 
 
@@ -522,7 +523,7 @@ def test_a_finished_run_is_kept_unless_resumed_or_overwritten(base_run, tmp_path
     (out / "notes.txt").write_text("left by the earlier run")
     run(*SMOKE, "--max-steps", "2", "--output-dir", str(out), "--overwrite", "true")
     assert not (out / "notes.txt").exists(), "--overwrite keeps nothing of the earlier run"
-    assert [p.name for p in train.checkpoint_dirs(out)] == ["step_00000002"]
+    assert [p.name for p in trainer.checkpoint_dirs(out)] == ["step_00000002"]
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
 
 
@@ -556,12 +557,12 @@ def test_non_finite_weights_are_never_written(tmp_path):
         plain_model=lambda: model, ema=None, output_dir=tmp_path, state=TrainerState(total_steps=5)
     )
     run.state.step = 3
-    train.refuse_non_finite_weights(run)  # finite: nothing to say
+    trainer.refuse_non_finite_weights(run)  # finite: nothing to say
     with torch.no_grad():
         model.head.fc.weight[0, 0] = float("inf")
     last = re.escape(str(tmp_path / "checkpoints" / "step_00000002"))
     with pytest.raises(SystemExit, match=rf"NaN or infinity.*head\.fc\.weight.*Last good checkpoint: {last}"):
-        train.refuse_non_finite_weights(run)
+        trainer.refuse_non_finite_weights(run)
 
 
 def test_resuming_with_another_recipe_names_every_changed_key(base_run, tmp_path):
@@ -600,7 +601,7 @@ def test_a_bare_weights_file_builds_the_recipes_model_and_its_folder_the_saved_o
     stride_4 = [*SMOKE, "--model-kwargs", '{"stem_stride": 4}']
     bare = train.parse_config([*stride_4, "--pretrained", str(base_run / "model.safetensors")])
     folder = train.parse_config([*stride_4, "--pretrained", f"local-dir:{base_run}"])
-    from_file, from_folder = train.create_model(bare, 10), train.create_model(folder, 10)
+    from_file, from_folder = trainer.create_model(bare, 10), trainer.create_model(folder, 10)
     assert from_file.stem.conv2.stride == (2, 2) and from_folder.stem.conv2.stride == (1, 1)  # stem stride 4, 2
     assert torch.equal(from_file.state_dict()["head.fc.weight"], from_folder.state_dict()["head.fc.weight"])
 
@@ -608,7 +609,7 @@ def test_a_bare_weights_file_builds_the_recipes_model_and_its_folder_the_saved_o
 def test_a_checkpoint_without_its_weights_names_the_missing_file(base_run, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(base_run, out)
-    last = train.checkpoint_dirs(out)[-1]
+    last = trainer.checkpoint_dirs(out)[-1]
     (last / "model.safetensors").unlink()
     cfg = train.parse_config([*SMOKE, "--max-steps", "6", "--output-dir", str(out), "--resume"])
     with pytest.raises(
@@ -625,9 +626,9 @@ def test_a_one_channel_model_reads_greyscale_images_and_exports_its_preprocessin
     assert config["input_size"] == [1, 32, 32]
     assert len(config["mean"]) == len(config["std"]) == 1
     cfg = train.parse_config([*argv, "--output-dir", str(tmp_path / "unused")])
-    model = train.create_model(cfg, num_classes=10)
-    train_data, val_data = train.load_splits(cfg)
-    _, val_loader, _, val_batches = train.make_loaders(cfg, train.preprocessing(cfg, model), train_data, val_data)
+    model = trainer.create_model(cfg, num_classes=10)
+    train_data, val_data = trainer.load_splits(cfg)
+    _, val_loader, _, val_batches = trainer.make_loaders(cfg, trainer.preprocessing(cfg, model), train_data, val_data)
     images, _ = val_batches(next(iter(val_loader)))
     assert images.shape[1:] == (1, 32, 32)
     assert model(images).shape == (len(images), 10)
@@ -685,7 +686,7 @@ def test_a_missing_relative_path_is_named_before_the_hub_is_tried(tmp_path, monk
     def no_hub(*args, **kwargs):
         raise ConnectionError("offline")
 
-    monkeypatch.setattr(iris_timm.data, "load_dataset", no_hub)
+    monkeypatch.setattr(iris_timm.training.data, "load_dataset", no_hub)
     cfg = train.parse_config([*SMOKE, "--dataset", "data/imgs", "--output-dir", str(tmp_path / "out")])
     with pytest.raises(SystemExit, match=r"data/imgs is no local file or folder, and the Hub did not provide it"):
         train.main(cfg)
@@ -693,14 +694,14 @@ def test_a_missing_relative_path_is_named_before_the_hub_is_tried(tmp_path, monk
 
 
 def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(tmp_path, monkeypatch, capsys):
-    after_step = train.after_step
+    after_step = trainer.after_step
 
     def interrupt_at_step_3(run, loss):  # as Python turns Ctrl-C (SIGINT) into an exception
         after_step(run, loss)
         if run.state.step == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(train, "after_step", interrupt_at_step_3)
+    monkeypatch.setattr(trainer, "after_step", interrupt_at_step_3)
     cfg = train.parse_config([*SMOKE, "--checkpoint-every", "2", "--output-dir", str(tmp_path / "run")])
     with pytest.raises(SystemExit) as stop:
         train.main(cfg)

@@ -486,7 +486,8 @@ class ModesConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
         x = x.to(dtype)
         if not isinstance(H, int):  # a graph for every size (see axis_operator): one path, its forward differentiated
             return _apply_modes(x, *(t.to(dtype) for t in (*_rotation(*h), *_rotation(*w))))[0]
-        dense = H <= self.dense_max_size and W <= self.dense_max_size
+        # Dense where the kept modes would not reduce the map: a small grid, or as many coefficients as cells.
+        dense = (H <= self.dense_max_size and W <= self.dense_max_size) or (h[0].shape[0] >= H and w[0].shape[0] >= W)
         factors = (_axis_matrix(*h), _axis_matrix(*w)) if dense else (*_rotation(*h), *_rotation(*w))
         factors = tuple(t.to(dtype) for t in factors)
         if not torch.is_grad_enabled():  # inference keeps nothing for backward

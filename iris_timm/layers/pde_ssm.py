@@ -6,6 +6,7 @@ and return channels-last maps ``(B, H, W, C)``.
 """
 
 import torch
+from timm.layers import LayerScale
 from torch import nn
 
 from .cdr import create_cdr
@@ -29,8 +30,11 @@ class DepthwiseConv(nn.Module):
 
 
 class LocalPlusGlobal(nn.Module):
-    """``dwconv(x) + CDR(x)``: the learned depthwise kernel answers to local structure (an oriented edge), the PDE
+    """``dwconv(x) + g * CDR(x)``: the learned depthwise kernel answers to local structure (an oriented edge), the PDE
     operator, band-limited by construction, carries smooth long-range context.
+
+    ``gain_init`` (``None``: no gain, ``g = 1``) adds a learned per-channel gain ``g`` on the operator's path with
+    this initial value; at ``0`` the filter starts as its local-only ablation and the operator enters as it learns.
 
     The operator's output is added as it is: its reaction gain ``exp(t r)`` already sets its scale per channel.
     Normalising it first (as vHeat normalises its heat operator's output, and as iris_timm 0.2 did) cost a
@@ -44,6 +48,7 @@ class LocalPlusGlobal(nn.Module):
         kernel_size: int = 7,
         num_heads: int | None = None,
         modes: int = 6,
+        gain_init: float | None = None,
         device=None,
         dtype=None,
     ):
@@ -51,9 +56,10 @@ class LocalPlusGlobal(nn.Module):
         dd = {"device": device, "dtype": dtype}
         self.local = DepthwiseConv(channels, kernel_size, **dd)
         self.operator = create_cdr(channels, num_heads=num_heads, modes=modes, **dd)
+        self.gain = LayerScale(channels, gain_init, **dd) if gain_init is not None else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.local(x) + self.operator(x)  # (B, H, W, C)
+        return self.local(x) + self.gain(self.operator(x))  # (B, H, W, C)
 
 
 def create_spatial_filter(
@@ -62,15 +68,17 @@ def create_spatial_filter(
     kernel_size: int = 7,
     num_heads: int | None = None,
     modes: int = 6,
+    gain_init: float | None = None,
     device=None,
     dtype=None,
 ) -> nn.Module:
     """The gated block's spatial filter: ``dwconv(x) + CDR(x)`` (``"both"``), ``dwconv(x)`` (``"local"``) or
     ``CDR(x)`` (``"global"``), where ``dwconv`` is a ``kernel_size`` depthwise convolution and ``CDR`` the
-    operator with ``num_heads`` sets of coefficients and cut-off ``modes`` (:mod:`iris_timm.layers.cdr`)."""
+    operator with ``num_heads`` sets of coefficients and cut-off ``modes`` (:mod:`iris_timm.layers.cdr`), its path
+    scaled by a learned per-channel gain starting at ``gain_init`` in ``"both"`` (``None``: no gain)."""
     dd = {"device": device, "dtype": dtype}
     if spatial_mix == "both":
-        return LocalPlusGlobal(channels, kernel_size, num_heads, modes, **dd)
+        return LocalPlusGlobal(channels, kernel_size, num_heads, modes, gain_init, **dd)
     if spatial_mix == "local":
         return DepthwiseConv(channels, kernel_size, **dd)
     if spatial_mix == "global":

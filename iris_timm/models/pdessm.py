@@ -280,6 +280,8 @@ class IrisPDESSM(nn.Module):
         pde_heads: channels share PDE coefficients in this many heads per block; ``None``: one set per channel.
         pde_modes: the PDE operator's content-frequency cut-off (see :mod:`iris_timm.layers.cdr`); ``0`` keeps
             every mode with no resolution floor.
+        pde_gain_init: initial value of a learned per-channel gain on the operator's path (``'both'`` only);
+            ``None``: no gain. At ``0.0`` each block starts as its local-only ablation.
         stem_stride: 4 for ImageNet-sized inputs; 2 or 1 for small images such as CIFAR's 32x32.
         ls_init_value: initial layer scale; ``None`` disables layer scale.
         drop_rate: dropout before the classifier.
@@ -298,6 +300,7 @@ class IrisPDESSM(nn.Module):
         spatial_mix: str = "both",
         pde_heads: int | None = None,
         pde_modes: int = 6,
+        pde_gain_init: float | None = None,
         stem_stride: int = 4,
         ls_init_value: float | None = None,
         act_layer: str | type[nn.Module] = nn.GELU,
@@ -325,6 +328,7 @@ class IrisPDESSM(nn.Module):
             kernel_size=kernel_size,
             num_heads=pde_heads,
             modes=pde_modes,
+            gain_init=pde_gain_init,
         )
         drop_path_rates = calculate_drop_path_rates(drop_path_rate, depths, stagewise=True)
         self.stages = nn.Sequential()

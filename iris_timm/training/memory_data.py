@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from .files import apply_umask, atomic_write
+from ..files import apply_umask, atomic_write
 
 __all__ = [
     "BatchAugment",

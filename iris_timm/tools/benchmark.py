@@ -1,8 +1,8 @@
 """Throughput, memory, parameters and GMACs of iris models and timm peers over resolutions, side by side.
 
-python -m iris_timm.benchmark                                    # defaults: CPU, 1 thread, fp32
-python -m iris_timm.benchmark --sizes 224 1024 --peers deit_small_patch16_224 convnext_tiny
-python -m iris_timm.benchmark --device cuda --amp --channels-last --sizes 224 512 1024 2048
+python -m iris_timm.tools.benchmark                                    # defaults: CPU, 1 thread, fp32
+python -m iris_timm.tools.benchmark --sizes 224 1024 --peers deit_small_patch16_224 convnext_tiny
+python -m iris_timm.tools.benchmark --device cuda --amp --channels-last --sizes 224 512 1024 2048
 
 Every (model, size, mode) runs in a fresh subprocess, so one model's allocations never count against
 another and a model that fails at a size (out of memory, a fixed input size) is reported with its reason.
@@ -186,7 +186,7 @@ def _run_isolated(args: argparse.Namespace, name: str, size: int, train: bool) -
     code = (
         "import json, sys, torch\n"
         f"torch.set_num_threads({args.threads})\n"
-        "from iris_timm.benchmark import measure\n"
+        "from iris_timm.tools.benchmark import measure\n"
         "print('@@' + json.dumps(measure(**json.loads(sys.argv[1]))))\n"
     )
     base = {"model": name, "size": size, "batch_size": batch_size, "mode": "train" if train else "infer"}
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         print(f"  {t['verdict']:<12} {value:>6}  {t['target']}")
 
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"command": " ".join(["python -m iris_timm.benchmark", *(argv or sys.argv[1:])]), "setting": setting}
+    meta = {"command": " ".join(["python -m iris_timm.tools.benchmark", *(argv or sys.argv[1:])]), "setting": setting}
     meta["machine"] = f"{platform.processor() or platform.machine()} {platform.platform()}"
     write_text(args.out / "benchmark.json", json.dumps({**meta, "records": records, "targets": targets}, indent=1))
     if not args.no_plot:

@@ -1,7 +1,7 @@
 """Print parameters and GMACs of iris models (and any timm model) at a given input size.
 
-python -m iris_timm.summary                      # every iris_* model at 224x224
-python -m iris_timm.summary iris_pdessm_s convnext_tiny --img-size 384
+python -m iris_timm.tools.summary                      # every iris_* model at 224x224
+python -m iris_timm.tools.summary iris_pdessm_s convnext_tiny --img-size 384
 """
 
 import argparse

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from .errors import TrainingError
+
 __all__ = ["parse_recipe"]
 
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
@@ -26,7 +28,9 @@ def _check_keys(fields: list[str], keys, source: str) -> None:
         if key not in fields:
             hint = difflib.get_close_matches(key, fields, n=1)
             did_you_mean = f" Did you mean {hint[0]!r}?" if hint else ""
-            raise SystemExit(f"Unknown config key {key!r} in {source}.{did_you_mean} Valid keys: {', '.join(fields)}.")
+            raise TrainingError(
+                f"Unknown config key {key!r} in {source}.{did_you_mean} Valid keys: {', '.join(fields)}."
+            )
 
 
 def _coerce(name: str, annotation: Any, value: Any) -> Any:
@@ -36,7 +40,7 @@ def _coerce(name: str, annotation: Any, value: Any) -> Any:
     if value is None or (optional and str(value).lower() in ("none", "null")):
         if optional:
             return None
-        raise SystemExit(f"Config key {name!r} cannot be empty.")
+        raise TrainingError(f"Config key {name!r} cannot be empty.")
     try:
         if typing.get_origin(base) is tuple or base is dict:
             value = json.loads(value) if isinstance(value, str) else value
@@ -51,21 +55,23 @@ def _coerce(name: str, annotation: Any, value: Any) -> Any:
             raise ValueError
         return base(value)
     except (TypeError, ValueError, json.JSONDecodeError):
-        raise SystemExit(f"Config key {name!r} expects {annotation}, got {value!r}.") from None
+        raise TrainingError(f"Config key {name!r} expects {annotation}, got {value!r}.") from None
 
 
 def read_recipe(path: Path, fields: list[str], chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A YAML recipe's values over those of the ``base:`` recipe it names, recursively."""
     if not path.is_file():
-        raise SystemExit(f"Config file {path} does not exist.")
+        raise TrainingError(f"Config file {path} does not exist.")
     if path.resolve() in {p.resolve() for p in chain}:
-        raise SystemExit(f"Config files name each other as base in a cycle: {' -> '.join(map(str, (*chain, path)))}.")
+        raise TrainingError(
+            f"Config files name each other as base in a cycle: {' -> '.join(map(str, (*chain, path)))}."
+        )
     try:
         values = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
-        raise SystemExit(f"Config file {path} is not valid YAML: {error}") from None
+        raise TrainingError(f"Config file {path} is not valid YAML: {error}") from None
     if not isinstance(values, dict):
-        raise SystemExit(f"Config file {path} must hold `key: value` lines, not {type(values).__name__}.")
+        raise TrainingError(f"Config file {path} must hold `key: value` lines, not {type(values).__name__}.")
     base = values.pop("base", None)
     _check_keys(fields, values, str(path))
     if base is None:
@@ -97,7 +103,9 @@ def parse_recipe(settings: type, argv: list[str] | None = None, description: str
     for word in (w for w in unknown if w.startswith("--")):
         name = word[2:].split("=")[0]
         if name in annotations and "_" in name:
-            raise SystemExit(f"Unknown flag {word.split('=')[0]}: flags use dashes, write --{name.replace('_', '-')}.")
+            raise TrainingError(
+                f"Unknown flag {word.split('=')[0]}: flags use dashes, write --{name.replace('_', '-')}."
+            )
         _check_keys(list(annotations), [name.replace("-", "_")], "the command line")
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -21,7 +21,8 @@ from typing import Any
 import yaml
 from filelock import FileLock, Timeout
 
-from .files import write_text
+from ..files import write_text
+from .errors import TrainingError
 
 __all__ = [
     "CHECKPOINTS",
@@ -223,7 +224,7 @@ def _lock(folder: Path) -> FileLock:
         (folder / LOCK).write_text(str(os.getpid()))  # another descriptor: the lock stays this process's
     except Timeout:
         holder = (folder / LOCK).read_text().strip() or "unknown"
-        raise SystemExit(
+        raise TrainingError(
             f"{folder} is in use by another run (PID {holder}): one run per folder. Wait for it, stop it, or "
             "choose another --output-dir."
         ) from None
@@ -236,7 +237,7 @@ def _check_same_recipe(folder: Path, config: dict[str, Any], resumable: set[str]
     changed = [k for k in current if k not in resumable and k in saved and current[k] != saved[k]]
     if changed:
         differences = "; ".join(f"{k}: saved {saved[k]!r}, now {current[k]!r}" for k in changed)
-        raise SystemExit(
+        raise TrainingError(
             f"--resume continues the run in {folder}, but the recipe differs: {differences}. Resume with the saved "
             f"recipe ({folder / TRAIN_CONFIG}), or start a new run with --overwrite or another --output-dir."
         )
@@ -258,7 +259,7 @@ def take_run_folder(
             elif path.name != LOCK:
                 path.unlink()
     elif existing and not resume:
-        raise SystemExit(
+        raise TrainingError(
             f"{folder} already holds a run ({', '.join(existing)}). Continue it with --resume, replace it with "
             "--overwrite, or choose another --output-dir."
         )

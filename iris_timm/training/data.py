@@ -5,7 +5,7 @@ image folder (``root/<class>/*`` or ``root/<split>/<class>/*``) or a Hub dataset
 
 - ``"pil"``: timm's per-image transforms (RandAugment, random erasing, any image size), seeded per sample;
 - ``"memory"``: the split decoded once into a uint8 tensor (cached), augmented a whole batch at a time on the training
-  device by :class:`iris_timm.memory_data.BatchAugment`, the small-image path.
+  device by :class:`iris_timm.training.memory_data.BatchAugment`, the small-image path.
 
 Both draw each sample's augmentation from ``(seed, epoch, index)`` alone, so a resumed run, another process or
 another worker augments sample ``i`` of epoch ``e`` the same way. ``cfg`` below is train.py's ``Config``.
@@ -27,6 +27,7 @@ from timm.data import create_transform, resolve_data_config
 from torch.utils.data import DataLoader
 from torchvision.transforms import Compose
 
+from .errors import TrainingError
 from .memory_data import BatchAugment, ImageTensorDataset, UnreadableImage, decode_images
 
 __all__ = ["LOADERS", "Batches", "UnreadableImage", "classes", "load_splits", "make_loaders", "preprocessing"]
@@ -56,7 +57,7 @@ def _from_hub(cfg) -> DatasetDict:
     try:
         return load_dataset(cfg.dataset, cfg.dataset_config, streaming=cfg.streaming)
     except Exception as error:  # datasets raises many types; all mean the same to the user
-        raise SystemExit(
+        raise TrainingError(
             f"dataset: {cfg.dataset} is no local file or folder, and the Hub did not provide it ({error}). "
             "Check the path (relative to where you run train.py) or the Hub id."
         ) from None
@@ -75,14 +76,14 @@ def load_splits(cfg) -> tuple[Any, Any]:
         check_class_folders(source)
         splits = load_dataset("imagefolder", data_dir=str(source))
     elif cfg.dataset.startswith((".", "/", "~")) or source.suffix or cfg.dataset.count("/") != 1:
-        raise SystemExit(
+        raise TrainingError(
             f"dataset: {cfg.dataset} does not exist. Give a Parquet file or folder, an image folder or a Hub id."
         )
     else:
         splits = _from_hub(cfg)
 
     if cfg.train_split not in splits:
-        raise SystemExit(f"dataset has no split {cfg.train_split!r}; it has {list(splits)}. Set train_split.")
+        raise TrainingError(f"dataset has no split {cfg.train_split!r}; it has {list(splits)}. Set train_split.")
     for split in splits.values():
         check_columns(cfg, split)
     if not cfg.streaming:
@@ -91,14 +92,14 @@ def load_splits(cfg) -> tuple[Any, Any]:
     if val_name is None and not cfg.streaming:
         train = splits[cfg.train_split]
         if math.ceil(len(train) * cfg.val_fraction) >= len(train):  # as datasets' train_test_split counts
-            raise SystemExit(
+            raise TrainingError(
                 f"The dataset has {len(train)} image(s) and no validation split: too few to hold out val_fraction "
                 f"{cfg.val_fraction}. Add images, or give a validation split (val_split)."
             )
         held_out = train.train_test_split(test_size=cfg.val_fraction, seed=cfg.seed)
         return held_out["train"], held_out["test"]
     if val_name not in splits:
-        raise SystemExit(f"dataset has no split {val_name!r}; it has {list(splits)}. Set val_split.")
+        raise TrainingError(f"dataset has no split {val_name!r}; it has {list(splits)}. Set val_split.")
     return splits[cfg.train_split], splits[val_name]
 
 
@@ -108,7 +109,7 @@ def check_class_folders(root: Path) -> None:
     folders = [*root.glob("*"), *root.glob("*/*")]
     empty = sorted(str(d) for d in folders if d.is_dir() and not any(p.is_file() for p in d.rglob("*")))
     if empty:
-        raise SystemExit(
+        raise TrainingError(
             f"Class folder(s) without images: {', '.join(empty)}. Add images, or remove the folder(s) so the class "
             "list is what you mean."
         )
@@ -119,7 +120,9 @@ def check_columns(cfg, dataset) -> None:
     columns = dataset.column_names
     for key in ("image_column", "label_column"):
         if columns is not None and getattr(cfg, key) not in columns:
-            raise SystemExit(f"The dataset has no column {getattr(cfg, key)!r}; its columns are {columns}. Set {key}.")
+            raise TrainingError(
+                f"The dataset has no column {getattr(cfg, key)!r}; its columns are {columns}. Set {key}."
+            )
 
 
 def decoded_images(dataset, column: str):
@@ -136,17 +139,19 @@ def classes(cfg, train_data) -> tuple[list[str] | None, int]:
     names = feature.names if isinstance(feature, ClassLabel) else None
     if cfg.streaming:
         if names is None:
-            raise SystemExit(f"The streamed dataset's {cfg.label_column!r} column is not a ClassLabel: no class count.")
+            raise TrainingError(
+                f"The streamed dataset's {cfg.label_column!r} column is not a ClassLabel: no class count."
+            )
         return names, len(names)
     labels = sorted(set(train_data[cfg.label_column]))
     if labels[0] < 0:
-        raise SystemExit(
+        raise TrainingError(
             f"The {cfg.label_column!r} column holds negative labels ({labels[0]}): labels are class indices 0..N-1. "
             "Drop or relabel those rows."
         )
     if names is None and labels != list(range(len(labels))):
         shown = ", ".join(map(str, labels[:5])) + (", ..." if len(labels) > 5 else "")
-        raise SystemExit(
+        raise TrainingError(
             f"The {cfg.label_column!r} labels are {len(labels)} integers ({shown}), not 0..{len(labels) - 1}: "
             f"the head would get {labels[-1] + 1} classes. Map them to 0..{len(labels) - 1}, or cast the column "
             "to a datasets ClassLabel."
@@ -170,7 +175,7 @@ def preprocessing(cfg, model: torch.nn.Module) -> dict:
     if channels == 1:
         data_config.update({key: (statistics.fmean(data_config[key]),) for key in ("mean", "std")})
     elif channels != 3:
-        raise SystemExit(f"The model takes {channels}-channel images; train.py reads RGB (3) or greyscale (1) only.")
+        raise TrainingError(f"The model takes {channels}-channel images; train.py reads RGB (3) or greyscale (1) only.")
     pool = tuple(math.ceil(s / model.feature_info[-1]["reduction"]) for s in data_config["input_size"][1:])
     model.pretrained_cfg = dict(model.pretrained_cfg, **data_config, pool_size=pool)
     return data_config
@@ -249,7 +254,7 @@ def choose_loader(cfg, train_data, data_config: dict) -> str:
         if on
     ]
     if cfg.loader == "memory" and lacks:
-        raise SystemExit(f"loader memory does not do {', '.join(lacks)}: use loader pil (or auto) for this recipe.")
+        raise TrainingError(f"loader memory does not do {', '.join(lacks)}: use loader pil (or auto) for this recipe.")
     if cfg.loader != "auto":
         return cfg.loader
     channels, height, width = data_config["input_size"]
@@ -313,7 +318,7 @@ def memory_loaders(cfg, data_config: dict, train_data, val_data, shuffle: bool, 
         train_set = ImageTensorDataset(*decode_images(train_data, **decode))
         val_set = ImageTensorDataset(*decode_images(val_data, **decode))
     except UnreadableImage as error:
-        raise SystemExit(str(error)) from None
+        raise TrainingError(str(error)) from None
     augment = BatchAugment(
         data_config["mean"],
         data_config["std"],

@@ -1,0 +1,422 @@
+"""What the operator needs on Pathfinder: operator variants in a frame that learns the task on a CPU.
+
+The frame is the reference CNN of the Pathfinder data's README: a stride-2 3x3 conv stem to a 32x32 grid, residual
+3x3 conv blocks with BatchNorm at that grid, global max pooling. Each block takes a global path beside its conv,
+
+    x + relu(bn(conv(x) + g * G(x)))          # g: a per-channel gain, zero at the start
+
+so every variant starts as the frame alone and the global path enters as its gain learns. The variants of ``G``:
+
+- ``frame``: none;
+- ``cdr``: the iris operator (content modes up to 6): a smooth, shifted blur per channel;
+- ``cdr_full``: the operator on every mode of the grid (``modes=0``): narrow kernels, long learned shifts;
+- ``cdr_dynamic``: the operator with per-sample coefficients (diffusion, velocity, reaction, time) computed from the
+  block's pooled input; still diagonal in the Fourier basis and linear in the pixels;
+- ``spectral``: a free learned filter per channel on the grid's Fourier modes (GFNet's global filter, periodic).
+
+Budgets are in samples, equal for every variant; accuracy on the validation split every 40k samples. Every run
+trains through ``iris_timm.training.fit``, the code ``train.py`` runs, one thread, into a run folder that resumes:
+
+    python -m benchmarks.pathfinder_study run cdr --length 9 --seed 0 --data-root ../shared/data
+    python -m benchmarks.pathfinder_study all --lengths 9 --seeds 0 1 --data-root ../shared/data   # two at a time
+    python -m benchmarks.pathfinder_study table --out model_cards/pathfinder_study
+    python -m benchmarks.pathfinder_study --smoke                                            # seconds, on made-up data
+
+The data are not public: ``configs/pathfinder_study.yaml`` says how to make them. ``--data-root`` holds one folder
+per contour length, named as the generator's README names them (``pathfinder64_length9``; length 14:
+``pathfinder64``).
+"""
+
+import argparse
+import dataclasses
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from timm.layers import LayerScale
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from torch import nn
+
+from iris_timm.files import write_text
+from iris_timm.layers.cdr import ModesConvectionDiffusionReaction2d, _rotate
+from iris_timm.training import TrainingError, fit, parse_config
+from iris_timm.training.run_folder import Evaluation, read_evaluations, read_summary, read_train_config
+
+RECIPE = Path(__file__).resolve().parents[1] / "configs" / "pathfinder_study.yaml"
+VARIANTS: dict[str, dict[str, Any]] = {
+    "frame": {"global_path": "none"},
+    "cdr": {"global_path": "cdr", "modes": 6},
+    "cdr_full": {"global_path": "cdr", "modes": 0},
+    "cdr_dynamic": {"global_path": "cdr_dynamic", "modes": 6},
+    "spectral": {"global_path": "spectral"},
+}
+SAMPLES = 400_000  # per run, every variant
+EVAL_SAMPLES = 40_000  # between evaluations
+TARGET_TOP1 = 60.0  # the table gives the samples at which a run first reaches this
+
+
+# ----------------------------------------------------------------------------- global paths, channels-last
+
+
+class DynamicCDR(ModesConvectionDiffusionReaction2d):
+    """The operator with per-sample coefficients: a linear map of the input's spatial mean (zero at the start, so it
+    starts as the static operator) shifts each channel's log-diffusion, velocity, reaction and log-time."""
+
+    def __init__(self, channels: int, **kwargs: Any):
+        super().__init__(channels, **kwargs)
+        self.to_coefficients = nn.Linear(channels, 5 * channels)
+        nn.init.zeros_(self.to_coefficients.weight)
+        nn.init.zeros_(self.to_coefficients.bias)
+
+    def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:  # (B, H, W, C)
+        B, H, W, C = x.shape
+        d_log_d, d_vh, d_vw, d_r, d_log_t = self.to_coefficients(x.mean((1, 2))).view(B, 5, 1, C).unbind(1)
+        time = (self.log_time + d_log_t).exp()  # (B, 1, C)
+        rate = self.cutoff_diffusion + time * (self.log_diffusion + d_log_d).exp()
+        drift = time[:, None] * torch.stack((self.velocity[:, 0] + d_vh, self.velocity[:, 1] + d_vw), 1)  # (B,2,1,C)
+        coefficients = (rate, time * (self.reaction + d_r), drift)
+        fwd_h, inv_h, cos_h, sin_h = self.axis_operator(H, W, 0, x.device, coefficients)  # symbols (B, M, C)
+        fwd_w, inv_w, cos_w, sin_w = self.axis_operator(W, H, 1, x.device, coefficients)
+        kh, kw = fwd_h.shape[0], fwd_w.shape[0]
+        z = torch.matmul(fwd_h, x.reshape(B, H, W * C))  # (B, 2Mh, W*C)
+        z = torch.matmul(fwd_w, z.view(B * kh, W, C)).view(B, 2, kh // 2, 2, kw // 2, C)
+        z = _rotate(
+            z,
+            1,
+            torch.stack((cos_h, cos_h), 1)[:, :, :, None, None],
+            torch.stack((sin_h, -sin_h), 1)[:, :, :, None, None],
+        )
+        z = _rotate(z, 3, torch.stack((cos_w, cos_w), 1)[:, None, None], torch.stack((sin_w, -sin_w), 1)[:, None, None])
+        y = torch.matmul(inv_w, z.reshape(B * kh, kw, C))  # (B*2Mh, W, C)
+        return torch.matmul(inv_h, y.view(B, kh, W * C)).view(B, H, W, C)
+
+
+class SpectralFilter(nn.Module):
+    """GFNet's global filter: a free complex weight per channel and Fourier mode of the (periodic) grid, a learned
+    full-size circular kernel per channel; built for one grid size."""
+
+    def __init__(self, channels: int, grid: int):
+        super().__init__()
+        self.grid = grid
+        self.weight = nn.Parameter(0.02 * torch.randn(grid, grid // 2 + 1, channels, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, H, W, C), H = W = grid
+        spectrum = torch.fft.rfft2(x.float(), dim=(1, 2), norm="ortho")  # (B, H, W // 2 + 1, C)
+        y = torch.fft.irfft2(spectrum * torch.view_as_complex(self.weight), s=x.shape[1:3], dim=(1, 2), norm="ortho")
+        return y.to(x.dtype)
+
+
+def create_global_path(kind: str, channels: int, modes: int, grid: int) -> nn.Module | None:
+    if kind == "none":
+        return None
+    if kind == "cdr":
+        return ModesConvectionDiffusionReaction2d(channels, modes=modes)
+    if kind == "cdr_dynamic":
+        return DynamicCDR(channels, modes=modes)
+    if kind == "spectral":
+        return SpectralFilter(channels, grid)
+    raise ValueError(f"Unknown global_path {kind!r}; choose one of none, cdr, cdr_dynamic, spectral.")
+
+
+# ----------------------------------------------------------------------------- the frame
+
+
+class ConvBlock(nn.Module):
+    """``x + relu(bn(conv3x3(x) + g * G(x)))`` on NCHW maps, ``G`` channels-last, ``g`` starting at zero."""
+
+    def __init__(self, dim: int, global_path: nn.Module | None):
+        super().__init__()
+        self.conv = nn.Conv2d(dim, dim, 3, padding=1, bias=False)
+        self.global_path = global_path
+        self.gain = LayerScale(dim, 0.0) if global_path is not None else None
+        self.norm = nn.BatchNorm2d(dim)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, H, W)
+        y = self.conv(x)
+        if self.global_path is not None:
+            y = y + self.gain(self.global_path(x.permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+        return x + self.act(self.norm(y))
+
+
+class PathfinderFrame(nn.Module):
+    """The reference Pathfinder CNN with a global path in each block (see the module docstring)."""
+
+    def __init__(
+        self,
+        in_chans: int = 1,
+        num_classes: int = 2,
+        dim: int = 32,
+        depth: int = 8,
+        global_path: str = "none",
+        modes: int = 6,
+        grid: int = 32,
+        drop_path_rate: float = 0.0,
+    ):
+        super().__init__()
+        if drop_path_rate:
+            raise ValueError("The Pathfinder frame has no drop path; leave drop_path at 0.")
+        self.num_classes, self.num_features = num_classes, dim
+        self.stem = nn.Sequential(
+            nn.Conv2d(in_chans, dim, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(dim), nn.ReLU(inplace=True)
+        )
+        self.blocks = nn.Sequential(
+            *[ConvBlock(dim, create_global_path(global_path, dim, modes, grid)) for _ in range(depth)]
+        )
+        self.head = nn.Linear(dim, num_classes)
+        self.feature_info = [dict(num_chs=dim, reduction=2, module="blocks")]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, 64, 64)
+        x = self.blocks(self.stem(x))  # (B, dim, 32, 32)
+        return self.head(x.amax((2, 3)))
+
+
+default_cfgs = generate_default_cfgs(
+    {
+        "pathfinder_frame": {
+            "num_classes": 2,
+            "input_size": (1, 64, 64),
+            "mean": (0.05,),
+            "std": (0.2,),
+            "crop_pct": 1.0,
+            "first_conv": "stem.0",
+            "classifier": "head",
+        }
+    }
+)
+
+
+@register_model
+def pathfinder_frame(pretrained: bool = False, **kwargs: Any) -> PathfinderFrame:
+    return build_model_with_cfg(PathfinderFrame, "pathfinder_frame", pretrained, **kwargs)
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def data_folder(root: Path, length: int) -> Path:
+    return root / ("pathfinder64" if length == 14 else f"pathfinder64_length{length}")
+
+
+def run_folder(out: Path, variant: str, length: int, seed: int) -> Path:
+    return out / f"length{length}" / variant / f"seed{seed}"
+
+
+def run_argv(
+    variant: str, length: int, seed: int, samples: int, data_root: Path, out: Path, eval_samples: int
+) -> list[str]:
+    """train.py's command line for one run: the study recipe, the variant, the budget in steps."""
+    batch = parse_config(["--config", str(RECIPE)]).batch_size
+    folder = run_folder(out, variant, length, seed)
+    argv = ["--config", str(RECIPE), "--model-kwargs", json.dumps(VARIANTS[variant]), "--seed", str(seed)]
+    argv += ["--dataset", str(data_folder(data_root, length)), "--output-dir", str(folder)]
+    argv += ["--max-steps", str(samples // batch), "--eval-every", str(eval_samples // batch)]
+    summary = read_summary(folder) if folder.is_dir() else None
+    if (folder / "checkpoints").is_dir() and (summary is None or summary.steps < samples // batch):
+        argv.append("--resume")  # an unfinished run, or one a longer budget extends
+    return argv
+
+
+def run(
+    variant: str, length: int, seed: int, samples: int, data_root: Path, out: Path, eval_samples: int = EVAL_SAMPLES
+) -> None:
+    """One run through iris_timm.training.fit, skipped when its folder holds it finished at this budget."""
+    argv = run_argv(variant, length, seed, samples, data_root, out, eval_samples)
+    cfg = parse_config(argv)
+    summary = read_summary(Path(cfg.output_dir)) if Path(cfg.output_dir).is_dir() else None
+    if summary is not None and summary.steps >= cfg.max_steps:
+        print(f"{cfg.output_dir}: finished ({summary.steps} steps).")
+        return
+    fit(cfg)
+
+
+def run_all(
+    keys: list[tuple[int, int, str]], samples: int, eval_samples: int, data_root: Path, out: Path, jobs: int
+) -> None:
+    """The (length, seed, variant) runs, ``jobs`` processes at a time, one thread each; each logs to its folder."""
+
+    def one(key: tuple[int, int, str]) -> int:
+        length, seed, variant = key
+        folder = run_folder(out, variant, length, seed)
+        folder.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "benchmarks.pathfinder_study", "run", variant, "--length", str(length)]
+        argv += ["--seed", str(seed), "--samples", str(samples), "--eval-samples", str(eval_samples)]
+        argv += ["--data-root", str(data_root), "--out", str(out)]
+        with open(folder / "study.log", "a") as log:
+            code = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT)
+        print(f"{folder}: exit {code}", flush=True)
+        return code
+
+    with ThreadPoolExecutor(jobs) as pool:
+        codes = list(pool.map(one, keys))
+    if any(codes):
+        raise SystemExit(f"{sum(c != 0 for c in codes)} of {len(codes)} runs failed; see study.log in their folders.")
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+@dataclasses.dataclass
+class RunResult:
+    variant: str
+    length: int
+    seed: int
+    batch_size: int
+    evaluations: list[Evaluation]
+    finished: bool
+
+    def top1_at(self, samples: int) -> float | None:
+        step = samples // self.batch_size
+        return next((e.accuracy["top1"] for e in self.evaluations if e.step == step), None)
+
+    def samples_to(self, top1: float) -> int | None:
+        return next((e.step * self.batch_size for e in self.evaluations if e.accuracy["top1"] >= top1), None)
+
+    def seconds(self) -> float | None:
+        return self.evaluations[-1].train_time_s if self.evaluations else None
+
+
+def read_results(out: Path) -> list[RunResult]:
+    """Every run under ``out`` (``length<L>/<variant>/seed<S>``), finished or not."""
+    results = []
+    for metrics in sorted(out.glob("length*/*/seed*/metrics.jsonl")):
+        folder = metrics.parent
+        results.append(
+            RunResult(
+                variant=folder.parent.name,
+                length=int(folder.parent.parent.name.removeprefix("length")),
+                seed=int(folder.name.removeprefix("seed")),
+                batch_size=read_train_config(folder)["batch_size"],
+                evaluations=read_evaluations(folder),
+                finished=read_summary(folder) is not None,
+            )
+        )
+    return results
+
+
+def _samples(count: int) -> str:
+    return f"{count // 1000}k" if count % 1000 == 0 else str(count)
+
+
+def _cell(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def _mean_sd(values: list[float]) -> str:
+    if not values:
+        return "–"
+    return f"{statistics.fmean(values):.1f}" + (f" ± {statistics.stdev(values):.1f}" if len(values) > 1 else "")
+
+
+def table(results: list[RunResult], samples: int, eval_samples: int) -> str:
+    """Markdown: every run's validation top-1 every ``eval_samples`` samples, the samples at which it first reaches
+    TARGET_TOP1 and its seconds of training; then each variant's mean ± sd over seeds at the budget."""
+    points = list(range(eval_samples, samples + 1, eval_samples))
+    head = [_samples(p) for p in points]
+    lines = [
+        "| length | variant | seed | " + " | ".join(head) + f" | samples to {TARGET_TOP1:.0f} % | train s |",
+        "|---:|---|---:|" + "---:|" * len(points) + "---:|---:|",
+    ]
+    order = {name: i for i, name in enumerate(VARIANTS)}
+    results = sorted(results, key=lambda r: (r.length, order.get(r.variant, len(order)), r.seed))
+    for r in results:
+        reached = r.samples_to(TARGET_TOP1)
+        cells = [_cell(r.top1_at(p)) for p in points]
+        seconds = "–" if r.seconds() is None else f"{r.seconds():.0f}"
+        reached = "–" if reached is None else _samples(reached)
+        lines.append(f"| {r.length} | {r.variant} | {r.seed} | " + " | ".join(cells) + f" | {reached} | {seconds} |")
+    at = _samples(samples)
+    lines += ["", f"| length | variant | seeds at {at} | top-1 at {at} (%, mean ± sd) | best (%, mean ± sd) |"]
+    lines.append("|---:|---|---:|---:|---:|")
+    groups: dict[tuple[int, str], list[RunResult]] = {}
+    for r in results:
+        groups.setdefault((r.length, r.variant), []).append(r)
+    for (length, variant), runs in groups.items():
+        final = [v for r in runs if (v := r.top1_at(samples)) is not None]
+        best = [max(e.accuracy["top1"] for e in r.evaluations) for r in runs if r.top1_at(samples) is not None]
+        lines.append(f"| {length} | {variant} | {len(final)} | {_mean_sd(final)} | {_mean_sd(best)} |")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- smoke
+
+
+def make_smoke_data(root: Path, length: int) -> None:
+    """A few random 64x64 grey images with balanced labels, as Pathfinder's Parquet splits are laid out."""
+    from datasets import ClassLabel, Dataset, Image
+
+    generator = np.random.default_rng(length)
+    folder = data_folder(root, length)
+    if folder.is_dir():
+        return
+    folder.mkdir(parents=True)
+    for split, rows in (("train", 128), ("val", 32)):
+        images = [generator.integers(0, 256, (64, 64), dtype=np.uint8) for _ in range(rows)]
+        data = Dataset.from_dict({"image": images, "label": [i % 2 for i in range(rows)]})
+        data = data.cast_column("image", Image()).cast_column("label", ClassLabel(names=["disconnected", "connected"]))
+        data.to_parquet(str(folder / f"{split}.parquet"))
+
+
+def smoke(out: Path) -> str:
+    """Every variant for 2 steps on made-up data, in this process, then the table: what CI runs."""
+    data_root = out / "data"
+    make_smoke_data(data_root, 9)
+    samples, eval_samples = 128, 64
+    for variant in VARIANTS:
+        run(variant, 9, 0, samples, data_root, out / "runs", eval_samples)
+    return table(read_results(out / "runs"), samples, eval_samples)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="every variant for a few steps on made-up data")
+    commands = parser.add_subparsers(dest="command")
+    for name in ("run", "all", "table"):
+        command = commands.add_parser(name)
+        command.add_argument("--out", type=Path, default=Path("output/pathfinder_study"), help="the runs' folders")
+        command.add_argument("--samples", type=int, default=SAMPLES, help="training samples per run")
+        command.add_argument("--eval-samples", type=int, default=EVAL_SAMPLES, help="samples between evaluations")
+        if name != "table":
+            command.add_argument("--data-root", type=Path, default=Path("data"), help="holds pathfinder64_length<L>/")
+    commands.choices["run"].add_argument("variant", choices=list(VARIANTS))
+    commands.choices["run"].add_argument("--length", type=int, default=9)
+    commands.choices["run"].add_argument("--seed", type=int, default=0)
+    commands.choices["all"].add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    commands.choices["all"].add_argument("--lengths", nargs="+", type=int, default=[9])
+    commands.choices["all"].add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    commands.choices["all"].add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each")
+    commands.choices["table"].add_argument("--results", type=Path, help="write the table here (results.md)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(smoke(Path(tmp)))
+        return
+    try:
+        if args.command == "run":
+            run(args.variant, args.length, args.seed, args.samples, args.data_root, args.out, args.eval_samples)
+        elif args.command == "all":
+            keys = [(length, seed, v) for length in args.lengths for seed in args.seeds for v in args.variants]
+            run_all(keys, args.samples, args.eval_samples, args.data_root, args.out, args.jobs)
+        elif args.command == "table":
+            text = table(read_results(args.out), args.samples, args.eval_samples)
+            if args.results:
+                write_text(args.results, text)
+            print(text)
+        else:
+            parser.error("choose a command (run, all, table) or --smoke")
+    except TrainingError as error:
+        raise SystemExit(str(error)) from None
+
+
+if __name__ == "__main__":
+    main()

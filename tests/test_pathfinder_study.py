@@ -1,0 +1,94 @@
+"""The Pathfinder study: its global paths against references, its runs through the training code train.py runs,
+resumed and skipped as their folders say, and its table."""
+
+import pytest
+import timm
+import torch
+from conftest import randomize_pde
+
+import iris_timm.training
+from benchmarks import pathfinder_study as study
+from iris_timm.layers import create_cdr
+from iris_timm.training.run_folder import CHECKPOINTS, METRICS, SUMMARY, TRAIN_CONFIG, Evaluation, read_summary
+
+
+def test_the_dynamic_operator_is_the_operator_with_each_samples_coefficients():
+    torch.manual_seed(0)
+    dynamic = randomize_pde(study.DynamicCDR(6, modes=3))
+    torch.nn.init.normal_(dynamic.to_coefficients.weight, std=0.3)
+    x = torch.randn(2, 20, 18, 6)  # (B, H, W, C)
+    shifts = dynamic.to_coefficients(x.mean((1, 2))).view(2, 5, 6).detach()
+    for b in range(2):
+        static = create_cdr(6, modes=3)
+        static.load_state_dict({k: v for k, v in dynamic.state_dict().items() if not k.startswith("to_coeff")})
+        with torch.no_grad():
+            static.log_diffusion += shifts[b, 0]
+            static.velocity += shifts[b, 1:3].t()
+            static.reaction += shifts[b, 3]
+            static.log_time += shifts[b, 4]
+        torch.testing.assert_close(dynamic(x)[b], static(x[b : b + 1])[0], atol=1e-5, rtol=1e-4)
+
+
+def test_the_spectral_filter_with_unit_weights_is_the_identity():
+    spectral = study.SpectralFilter(4, grid=8)
+    with torch.no_grad():
+        spectral.weight.copy_(torch.tensor([1.0, 0.0]))
+    x = torch.randn(2, 8, 8, 4)
+    torch.testing.assert_close(spectral(x), x, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", list(study.VARIANTS))
+def test_every_variant_starts_as_the_frame_alone(variant):
+    torch.manual_seed(0)
+    frame = timm.create_model("pathfinder_frame").eval()
+    torch.manual_seed(0)
+    model = timm.create_model("pathfinder_frame", **study.VARIANTS[variant]).eval()
+    shared = {k: v for k, v in model.state_dict().items() if k in frame.state_dict()}
+    frame.load_state_dict(shared)  # the same conv, norm and head weights
+    x = torch.randn(2, 1, 64, 64)
+    torch.testing.assert_close(model(x), frame(x))
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory):
+    """The smoke study (every variant, 2 steps each on made-up data), run twice: the second finds them finished."""
+    out = tmp_path_factory.mktemp("study")
+    first = study.smoke(out)
+    mtimes = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob(SUMMARY)}
+    second = study.smoke(out)
+    return out / "runs", first, second, mtimes
+
+
+def test_smoke_runs_train_through_the_training_code_into_run_folders(smoke_runs):
+    runs, first, second, mtimes = smoke_runs
+    assert study.fit is iris_timm.training.fit
+    folders = sorted(p.parent for p in runs.rglob(SUMMARY))
+    assert [f.parent.name for f in folders] == sorted(study.VARIANTS)
+    for folder in folders:
+        assert {TRAIN_CONFIG, METRICS, SUMMARY, CHECKPOINTS} <= {p.name for p in folder.iterdir()}
+        assert read_summary(folder).steps == 2
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob(SUMMARY)} == mtimes, "a finished run was trained again"
+    assert first == second and "| 9 | cdr_dynamic | 0 |" in first
+
+
+def test_a_longer_budget_resumes_a_finished_run(smoke_runs, tmp_path):
+    runs = smoke_runs[0]
+    argv = study.run_argv("frame", 9, 0, samples=256, data_root=tmp_path, out=runs, eval_samples=64)
+    assert argv[-1] == "--resume" and argv[argv.index("--max-steps") + 1] == "4"
+    argv = study.run_argv("frame", 9, 5, samples=256, data_root=tmp_path, out=runs, eval_samples=64)
+    assert "--resume" not in argv  # no such run yet
+
+
+def result(top1s: list[float], variant: str = "cdr", seed: int = 0) -> study.RunResult:
+    evaluations = [Evaluation(625 * (i + 1), 0, {"top1": t}, 100.0 * (i + 1)) for i, t in enumerate(top1s)]
+    return study.RunResult(variant, 9, seed, 64, evaluations, finished=True)
+
+
+def test_the_table_gives_accuracy_by_samples_and_the_samples_to_the_target():
+    runs = [result([50.0, 61.0, 58.0]), result([50.0, 52.0, 60.0], seed=1), result([51.0, 53.0, 55.0], "frame")]
+    assert runs[0].samples_to(60.0) == 80_000 and runs[1].samples_to(60.0) == 120_000
+    assert runs[2].samples_to(60.0) is None and runs[0].top1_at(120_000) == 58.0
+    text = study.table(runs, samples=120_000, eval_samples=40_000)
+    assert "| 9 | frame | 0 | 51.0 | 53.0 | 55.0 | – | 300 |" in text
+    assert "| 9 | cdr | 1 | 50.0 | 52.0 | 60.0 | 120k | 300 |" in text
+    assert "| 9 | cdr | 2 | 59.0 ± 1.4 | 60.5 ± 0.7 |" in text
