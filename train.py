@@ -17,13 +17,34 @@ bitwise. The training itself is iris_timm.training.fit; this script is its comma
 
 import sys
 
-from iris_timm.training import Config, Summary, TrainingError, fit, parse_config
+from accelerate import PartialState
+
+from iris_timm.training import Config, Summary, TrainingError, WrongLaunch, fit, parse_config
+from iris_timm.training.launch import speaks_for_launch, stop_launcher
+
+
+def next_steps(output_dir: str) -> str:
+    """Where the trained model is, and the commands that load and fine-tune it."""
+    return (
+        f"The model is in {output_dir}/ (model.safetensors, config.json and its card, README.md). Next:\n"
+        f"  load it:      python -c \"import iris_timm; print(iris_timm.from_pretrained('{output_dir}'))\"\n"
+        f"  fine-tune it: python train.py --config configs/finetune_cifar10.yaml --pretrained local-dir:{output_dir}"
+    )
 
 
 def main(cfg: Config) -> Summary:
     """Train as ``cfg`` says; what a user can fix ends the program with its one-line message and exit status."""
     try:
-        return fit(cfg)
+        summary = fit(cfg)
+        if PartialState().is_main_process:
+            print(next_steps(cfg.output_dir))
+        return summary
+    except WrongLaunch as error:  # every process of the launch: one per machine says why, then ends the launch
+        if not speaks_for_launch():
+            raise SystemExit(0) from None
+        print(error, file=sys.stderr, flush=True)
+        stop_launcher()
+        raise SystemExit(1) from None
     except TrainingError as error:
         if error.exit_code == 1:
             raise SystemExit(str(error)) from None  # Python prints the message and exits with 1

@@ -1,33 +1,41 @@
 """One GPU study in one command: CUDA correctness of the iris models, throughput and memory against timm peers, and
-Pathfinder-64 learning curves at three contour lengths, all within a time budget.
+the Pathfinder study (``benchmarks.pathfinder_study``) trained on the GPU, all within a time budget.
 
-    python -m benchmarks.pack_pathfinder                       # once: ../shared/data -> output/pathfinder64.npz
+    python -m benchmarks.pack_pathfinder                       # once: the data and wheels that travel (see below)
     python -m benchmarks.gpu_study --out output/gpu_study      # one CUDA GPU, 540 s by default
     python -m benchmarks.gpu_study --smoke --out output/gpu_study_smoke   # every part, tiny, on the CPU
 
 Parts, each written to ``results.json`` and ``results.md`` in ``--out`` as soon as it ends:
 
-1. correctness: every registered ``iris_*`` model, forward and backward under bf16 and fp16 autocast on odd,
+1. data: the Pathfinder sets the runs read, ``--root`` as it is when it holds them, else unpacked into it from the
+   compact file ``--data`` (:func:`benchmarks.pack_pathfinder.unpack`);
+2. correctness: every registered ``iris_*`` model, forward and backward under bf16 and fp16 autocast on odd,
    non-square grids (finite or not), and the largest error of the model's output and of one CDR operator's against
    float32, relative to the float32 output's largest magnitude;
-2. throughput: training step and inference images/s and peak memory (``torch.cuda.max_memory_allocated``) at 224²
+3. throughput: training step and inference images/s and peak memory (``torch.cuda.max_memory_allocated``) at 224²
    and 1024², bf16 autocast, channels-last (:func:`iris_timm.tools.benchmark.measure`); with ``--compile`` also the iris
    models' inference under ``torch.compile``, which needs a larger budget (``--budget-s 600``);
-3. pathfinder: at contour lengths 6, 9 and 14, the iris recipe, its local-only and global-only ablations and a ResNet
-   peer, each trained the same seconds (bf16 autocast, images on the device, dihedral flips by ``BatchAugment``,
-   the recipe's optimizer with a linear warm-up then a cosine over the seconds), validation accuracy at evenly
-   spaced times and the step at which it first reaches 60 %.
+4. pathfinder: the study's variants at a budget in samples (400k), every run trained by
+   :func:`benchmarks.pathfinder_study.run_all` through ``iris_timm.training.fit`` (the code ``train.py`` runs) with
+   the study's recipe, ``--mixed-precision bf16``, into run folders under ``--out``/pathfinder, several runs at a time
+   sharing the GPU; then the study's table: validation accuracy every 40k samples, the samples to 60 %.
 
-The smoke run falls back to the first images of ``../shared/data`` or to noise when the compact file is absent.
-The plan (seconds per part) is printed first; the study refuses to start if it exceeds ``--budget-s``. Each
-Pathfinder run's seconds are what the budget leaves after the other parts' estimates, unless ``--train-s`` sets them.
+The plan comes first: the seconds of each part, the Pathfinder runs estimated from their samples and a stated pace
+per variant (``Settings.step_s``; the results give each run's measured images/s). It takes every variant at contour
+length 9 with seeds 0 and 1, then lengths 6 and 14 as the budget allows, longest runs first, and refuses to start
+if even the first groups exceed ``--budget-s``. Runs still going when the budget runs out are stopped as Ctrl-C stops
+them, keeping their evaluations, and runs not yet started are skipped: the table shows how far each got.
+
+The machine may be offline: it needs the checkout, ``output/pathfinder64.npz`` and, where PyTorch's image lacks
+``datasets``, the wheels in ``output/wheels`` (installed with ``pip install --no-index --no-deps --target``).
 """
 
 import argparse
 import dataclasses
 import gc
+import heapq
 import json
-import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -35,26 +43,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import timm
 import torch
-import torch.nn.functional as F
-from timm.optim import create_optimizer_v2
 
 import iris_timm  # noqa: F401  (registers the iris_* models)
+from benchmarks import pathfinder_study
 from benchmarks.pack_pathfinder import DEFAULT_OUT as DEFAULT_DATA
-from benchmarks.pack_pathfinder import FOLDERS, SPLITS, pack, split_name
+from benchmarks.pack_pathfinder import FOLDERS, SPLITS, parquet_paths, split_name, unpack
 from iris_timm.files import write_text
 from iris_timm.layers import ConvectionDiffusionReaction2d, create_cdr
 from iris_timm.tools.benchmark import measure
-from iris_timm.training.data import preprocessing
-from iris_timm.training.memory_data import BatchAugment, load_compact, save_compact
-from train import Config, parse_config
+from iris_timm.training import parse_config
+from iris_timm.training.memory_data import save_compact
+from iris_timm.training.run_folder import read_summary
 
-__all__ = ["Plan", "Settings", "check_model", "check_operator", "main", "make_plan", "markdown", "train_pathfinder"]
+__all__ = ["Plan", "Settings", "check_model", "check_operator", "main", "make_plan", "makespan", "markdown"]
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
-VARIANTS = {"iris": "", "local": "_local", "global": "_global", "resnet": "_resnet"}  # recipe name suffix
-PASS_ACCURACY = 0.6
+MIXED_PRECISION = "bf16"  # the Pathfinder runs' --mixed-precision
+SMOKE_IMAGES = 128  # per split: two training steps of the study's batch
+Run = tuple[int, int, str]  # (contour length, seed, variant), as pathfinder_study.run_all takes them
 
 
 @dataclass
@@ -62,7 +71,7 @@ class Settings:
     """What the full study and the smoke run differ in. Seconds are estimates for the plan."""
 
     device: str
-    autocast: str | None  # throughput and Pathfinder; None: float32 (CPUs without bf16 matmuls are slow in it)
+    autocast: str | None  # correctness and throughput; None: float32 (CPUs without bf16 matmuls are slow in it)
     iris_models: list[str]
     grids: list[tuple[int, int]]  # (H, W), odd and non-square
     peers: list[str]
@@ -70,16 +79,20 @@ class Settings:
     batch_sizes: dict[int, int]  # throughput input size -> batch size
     warmup: int  # untimed throughput steps
     min_run_time: float  # seconds of timed throughput steps (torch.utils.benchmark's blocked_autorange)
-    lengths: list[int]
-    batch_size: int | None  # Pathfinder; None: the recipe's
-    evaluations: int  # per Pathfinder run, evenly spaced in training time
-    limit: int | None  # keep the first N images of each Pathfinder split
-    startup_s: float  # CUDA context, data to the device
+    variants: list[str]  # Pathfinder study variants
+    groups: list[tuple[int, int]]  # (contour length, seed) of each group of runs, every variant, by priority
+    min_groups: int  # a plan without this many groups is refused
+    samples: int  # training samples per Pathfinder run
+    eval_samples: int  # between evaluations
+    jobs: int  # Pathfinder runs at a time
+    limit: int | None  # unpack the first N images of each split
+    startup_s: float  # CUDA context
+    data_s: float  # unpacking the Pathfinder sets
     check_s: float  # one (model, grid, autocast) correctness check
     record_s: float  # one throughput (model, size, mode), excluding compilation
     compile_s: float  # torch.compile of one throughput record
-    run_overhead_s: float  # one Pathfinder run besides training: model, first steps, evaluations
-    min_train_s: float
+    step_s: dict[str, float]  # one training step (the recipe's batch) of each variant while `jobs` runs share it
+    run_overhead_s: float  # one run besides its steps: process start, data, evaluations, checkpoints
 
 
 FULL = Settings(
@@ -92,16 +105,23 @@ FULL = Settings(
     batch_sizes={224: 64, 1024: 4},
     warmup=5,
     min_run_time=1.0,
-    lengths=[6, 9, 14],
-    batch_size=None,
-    evaluations=12,
+    variants=list(pathfinder_study.VARIANTS),
+    groups=[(9, 0), (9, 1), (6, 0), (14, 0), (6, 1), (14, 1)],
+    min_groups=2,
+    samples=pathfinder_study.SAMPLES,
+    eval_samples=pathfinder_study.EVAL_SAMPLES,
+    jobs=5,
     limit=None,
     startup_s=20.0,
+    data_s=20.0,
     check_s=1.0,
     record_s=4.0,
     compile_s=45.0,
-    run_overhead_s=6.0,
-    min_train_s=10.0,
+    # Not measured. Eager PyTorch dispatches each operator from Python, some 10 µs apiece on these small tensors;
+    # a step dispatches about 260 (frame), 600 (spectral), 2,100 (cdr_full), 2,500 (cdr) or 2,800 (cdr_dynamic)
+    # of them (counted on a CPU) besides the trainer's own; five runs share the GPU, taking turns on it.
+    step_s={"frame": 0.008, "cdr": 0.024, "cdr_full": 0.024, "cdr_dynamic": 0.034, "spectral": 0.014},
+    run_overhead_s=15.0,
 )
 SMOKE = Settings(
     device="cpu",
@@ -113,55 +133,94 @@ SMOKE = Settings(
     batch_sizes={32: 2},
     warmup=1,
     min_run_time=0.01,
-    lengths=[14],
-    batch_size=4,
-    evaluations=2,
-    limit=8,
+    variants=["frame", "cdr"],
+    groups=[(9, 0)],
+    min_groups=1,
+    samples=128,  # two steps
+    eval_samples=64,
+    jobs=2,
+    limit=SMOKE_IMAGES,
     startup_s=3.0,
+    data_s=2.0,
     check_s=0.3,
     record_s=0.5,
     compile_s=30.0,
-    run_overhead_s=0.5,
-    min_train_s=0.1,
+    step_s={"frame": 0.3, "cdr": 0.6},
+    run_overhead_s=20.0,  # process start on a busy 2-core machine
 )
 
 
 @dataclass
 class Plan:
     parts: dict[str, float]  # estimated seconds
-    train_s: float  # each Pathfinder run
-    runs: int
+    runs: list[Run]  # Pathfinder runs, in the order they start
+    samples: int  # per Pathfinder run
+    jobs: int  # Pathfinder runs at a time
+    run_s: dict[str, float]  # estimated seconds of one run of each variant
 
     @property
     def total_s(self) -> float:
         return sum(self.parts.values())
 
     def describe(self) -> str:
-        lines = [f"  {name:<34} {seconds:7.1f} s" for name, seconds in self.parts.items()]
-        return "\n".join(["plan:", *lines, f"  {'total':<34} {self.total_s:7.1f} s"])
+        lines = [f"  {name:<38} {seconds:7.1f} s" for name, seconds in self.parts.items()]
+        groups = ", ".join(map(str, dict.fromkeys((length, seed) for length, seed, _ in self.runs)))  # by priority
+        one_run = ", ".join(f"{variant} {seconds:.0f} s" for variant, seconds in self.run_s.items())
+        return "\n".join(
+            [
+                "plan:",
+                *lines,
+                f"  {'total':<38} {self.total_s:7.1f} s",
+                f"  pathfinder (length, seed): {groups}, every variant, {self.samples:,} samples a run",
+                f"  pathfinder, one run: {one_run}",
+            ]
+        )
 
 
-def make_plan(settings: Settings, budget_s: float, train_s: float | None, compile: bool) -> Plan:
-    """Seconds per part; the Pathfinder runs share what the budget leaves (10 % of it is kept as margin) unless
-    ``train_s`` fixes them. Refuses a plan over the budget."""
+def makespan(seconds: list[float], jobs: int) -> float:
+    """Wall seconds of runs started in this order by ``jobs`` workers, each taking the next run when it is free."""
+    free = [0.0] * jobs  # when each worker is free, a heap
+    for run_s in seconds:
+        heapq.heapreplace(free, free[0] + run_s)
+    return max(free)
+
+
+def recipe_batch_size() -> int:
+    return parse_config(["--config", str(pathfinder_study.RECIPE)]).batch_size
+
+
+def make_plan(settings: Settings, budget_s: float, samples: int, jobs: int, compile: bool) -> Plan:
+    """Seconds per part (10 % of the budget kept as margin), with the first ``settings.min_groups`` groups of
+    Pathfinder runs and each further group that still fits the budget; refuses a plan over the budget."""
     cases = throughput_cases(settings, compile)
     checks = len(settings.iris_models or iris_models()) * len(settings.grids) * len(AUTOCAST)
-    runs = len(settings.lengths) * len(VARIANTS)
     parts = {
         "startup": settings.startup_s,
+        "data": settings.data_s,
         "correctness": checks * settings.check_s,
         "throughput": sum(settings.record_s + settings.compile_s * compiled for *_, compiled in cases),
-        f"pathfinder overheads ({runs} runs)": runs * settings.run_overhead_s,
-        "margin": 0.1 * budget_s,
     }
-    if train_s is None:
-        train_s = (budget_s - sum(parts.values())) / runs
-    plan = Plan({**parts, f"pathfinder training ({runs} x {train_s:.1f} s)": runs * train_s}, train_s, runs)
-    if train_s < settings.min_train_s or plan.total_s > budget_s + 1e-6:
+    steps = samples // recipe_batch_size()
+    run_s = {v: settings.run_overhead_s + steps * settings.step_s[v] for v in settings.variants}
+
+    def plan_for(groups: list[tuple[int, int]]) -> Plan:
+        # Longest first: the short runs fill the workers' last gaps.
+        runs = sorted(((n, seed, v) for n, seed in groups for v in settings.variants), key=lambda r: -run_s[r[2]])
+        name = f"pathfinder ({len(runs)} runs, {jobs} at a time)"
+        pathfinder = makespan([run_s[v] for *_, v in runs], jobs)
+        return Plan({**parts, name: pathfinder, "margin": 0.1 * budget_s}, runs, samples, jobs, run_s)
+
+    plan = plan_for(settings.groups[: settings.min_groups])
+    if plan.total_s > budget_s + 1e-6:
         raise SystemExit(
-            f"{plan.describe()}\nThe plan exceeds the budget of {budget_s:.0f} s (or leaves each Pathfinder run under "
-            f"{settings.min_train_s:.0f} s): raise --budget-s, lower --train-s, or drop --compile."
+            f"{plan.describe()}\nThe plan exceeds the budget of {budget_s:.0f} s: raise --budget-s, lower --samples, "
+            "or drop --compile."
         )
+    for count in range(settings.min_groups + 1, len(settings.groups) + 1):
+        larger = plan_for(settings.groups[:count])
+        if larger.total_s > budget_s + 1e-6:
+            break
+        plan = larger
     return plan
 
 
@@ -278,159 +337,75 @@ def throughput(settings: Settings, device: torch.device, compile: bool) -> list[
 # ----------------------------------------------------------------------------- Pathfinder
 
 
-def recipe_path(variant: str, length: int, configs: Path = Path("configs")) -> Path:
-    """``pathfinder64_length<L><suffix>.yaml`` if it exists, else the length-14 recipe ``pathfinder64<suffix>.yaml``."""
-    suffix = VARIANTS[variant]
-    own = configs / f"pathfinder64_length{length}{suffix}.yaml"
-    return own if length != 14 and own.is_file() else configs / f"pathfinder64{suffix}.yaml"
-
-
-Splits = dict[str, tuple[torch.Tensor, torch.Tensor]]  # name -> (images uint8 (N, 1, 64, 64), labels (N,))
-
-
-def pathfinder_data(args: argparse.Namespace, settings: Settings) -> tuple[Splits, str]:
-    """The compact file's splits and where they came from. The smoke run falls back to the first images of the
-    Parquet sets under ``--root`` (written to a compact file in ``--out`` first) or, without them, to noise."""
-    if args.data.is_file():
-        splits, _ = load_compact(args.data)
-        source = str(args.data)
-    elif not args.smoke:
-        raise SystemExit(f"{args.data} does not exist: make it with `python -m benchmarks.pack_pathfinder`.")
-    elif all((args.root / folder).is_dir() for folder in FOLDERS.values()):
-        small = args.out / "pathfinder64_smoke.npz"
-        save_compact(small, *pack(args.root, settings.limit))
-        splits, _ = load_compact(small)
-        source = f"first {settings.limit} images of each split of {args.root}"
-    else:
-        generator = torch.Generator().manual_seed(0)
-        n = settings.limit or 64
-        splits = {
-            split_name(length, split): (
-                torch.randint(0, 256, (n, 1, 64, 64), dtype=torch.uint8, generator=generator),
-                torch.randint(0, 2, (n,), generator=generator),
-            )
-            for length in FOLDERS
-            for split in SPLITS
-        }
-        source = "synthetic noise (no Pathfinder sets found)"
-    if settings.limit:
-        splits = {name: (x[: settings.limit], y[: settings.limit]) for name, (x, y) in splits.items()}
-    return splits, source
-
-
-def cosine_lr(cfg: Config, step: int, fraction: float) -> float:
-    """Linear warm-up over ``cfg.warmup_steps``, then a cosine from ``cfg.lr`` to ``cfg.min_lr`` over the fraction
-    of the training seconds spent."""
-    warmup = min(1.0, (step + 1) / max(cfg.warmup_steps, 1))
-    cosine = cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1 + math.cos(math.pi * min(fraction, 1.0)))
-    return warmup * cosine
-
-
-@torch.inference_mode()
-def accuracy(
-    model: torch.nn.Module, normalise: BatchAugment, images: torch.Tensor, labels: torch.Tensor, autocast: str | None
-) -> float:
-    model.eval()
-    correct = 0
-    for rows in torch.arange(len(labels), device=images.device).split(500):
-        with _autocast(images.device, autocast):
-            logits = model(normalise(images[rows], rows, 0))
-        correct += (logits.argmax(1) == labels[rows]).sum().item()
-    model.train()
-    return correct / len(labels)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def train_pathfinder(
-    cfg: Config,
-    train_split: tuple[torch.Tensor, torch.Tensor],
-    val_split: tuple[torch.Tensor, torch.Tensor],
-    train_s: float,
-    evaluations: int,
-    device: torch.device,
-    autocast: str | None,
-) -> dict[str, Any]:
-    """Train ``cfg``'s model for ``train_s`` seconds (evaluations excluded) on images held on ``device``; the
-    validation accuracy at ``evaluations`` evenly spaced times, and the first step at or above 60 %."""
-    torch.manual_seed(cfg.seed)
-    model = timm.create_model(cfg.model, num_classes=2, **cfg.model_kwargs).to(device)
-    data_config = preprocessing(cfg, model)
-    mean, std = data_config["mean"], data_config["std"]
-    flips = dict(hflip=cfg.hflip, vflip=cfg.vflip, transpose=cfg.transpose, seed=cfg.seed)
-    augment = BatchAugment(mean, std, **flips).to(device)
-    normalise = BatchAugment(mean, std, training=False).to(device)
-    images, labels = (t.to(device) for t in train_split)  # (N, 1, 64, 64) uint8, (N,)
-    val_images, val_labels = (t.to(device) for t in val_split)
-    optimizer = create_optimizer_v2(model, opt=cfg.opt, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    batch_size = min(cfg.batch_size, len(labels))
-    step, epoch, trained_s, curve = 0, 0, 0.0, []
-    due = [train_s * (i + 1) / evaluations for i in range(evaluations)]
-    _sync(device)
-    start = time.perf_counter()
-    while due:
-        for rows in torch.randperm(len(labels), device=device).split(batch_size):
-            if len(rows) < batch_size:
-                continue  # a full batch every step
-            for group in optimizer.param_groups:
-                group["lr"] = cosine_lr(cfg, step, (trained_s + time.perf_counter() - start) / train_s)
-            with _autocast(device, autocast):
-                logits = model(augment(images[rows], rows, epoch))
-            loss = F.cross_entropy(logits.float(), labels[rows], label_smoothing=cfg.smoothing)
-            loss.backward()
-            if cfg.clip_grad:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            if trained_s + time.perf_counter() - start >= due[0]:
-                _sync(device)
-                trained_s += time.perf_counter() - start
-                due.pop(0)
-                point = {"train_s": trained_s, "step": step, "samples": step * batch_size, "loss": loss.item()}
-                curve.append({**point, "accuracy": accuracy(model, normalise, val_images, val_labels, autocast)})
-                start = time.perf_counter()
-                if not due:
-                    break
-        epoch += 1
-    passed = next((point for point in curve if point["accuracy"] >= PASS_ACCURACY), None)
+def made_up_splits(images: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Noise images (N, 1, 64, 64) uint8 with alternating labels, for every length's train and val split."""
+    generator = torch.Generator().manual_seed(0)
     return {
-        "model": cfg.model,
-        "model_kwargs": cfg.model_kwargs,
-        "batch_size": batch_size,
-        "train_s": trained_s,
-        "steps": step,
-        "images_per_s": step * batch_size / trained_s,
-        "final_accuracy": curve[-1]["accuracy"],
-        "best_accuracy": max(point["accuracy"] for point in curve),
-        "steps_to_60": passed and passed["step"],
-        "samples_to_60": passed and passed["samples"],
-        "seconds_to_60": passed and passed["train_s"],
-        "curve": curve,
+        split_name(length, split): (
+            torch.randint(0, 256, (images, 1, 64, 64), dtype=torch.uint8, generator=generator),
+            torch.arange(images) % 2,
+        )
+        for length in FOLDERS
+        for split in SPLITS
     }
 
 
-def pathfinder(args: argparse.Namespace, settings: Settings, plan: Plan, device: torch.device) -> dict[str, Any]:
-    begin = time.perf_counter()
-    splits, source = pathfinder_data(args, settings)
-    data = {"source": source, "images": {name: len(labels) for name, (_, labels) in splits.items()}}
-    data["load_s"] = time.perf_counter() - begin
-    runs = []
-    for length in settings.lengths:
-        for variant in VARIANTS:
-            path = recipe_path(variant, length)
-            batch_size = [] if settings.batch_size is None else ["--batch-size", str(settings.batch_size)]
-            cfg = parse_config(["--config", str(path), *batch_size])
-            train_split, val_split = (splits[split_name(length, split)] for split in SPLITS)
-            timing = (plan.train_s, settings.evaluations, device, settings.autocast)
-            run = train_pathfinder(cfg, train_split, val_split, *timing)
-            runs.append({"variant": variant, "length": length, "recipe": path.as_posix(), **run})
-            print(_pathfinder_row(runs[-1]), flush=True)
-            _free_memory(device)
-    return {"data": data, "runs": runs}
+def pathfinder_data(args: argparse.Namespace, settings: Settings, lengths: list[int]) -> dict[str, Any]:
+    """The Parquet sets the runs read, under ``args.root``: as they are when it holds them all, else unpacked from
+    ``args.data``; the smoke run makes that file up from noise when it is absent. Where they came from, their
+    images by split."""
+    paths = parquet_paths(args.root, lengths)
+    if all(path.is_file() for path in paths.values()):
+        source = str(args.root)
+    else:
+        compact = args.data
+        if not compact.is_file() and not args.smoke:
+            raise SystemExit(f"{compact} does not exist: make it with `python -m benchmarks.pack_pathfinder`.")
+        if not compact.is_file():
+            compact = args.out / "pathfinder64_smoke.npz"
+            save_compact(compact, made_up_splits(SMOKE_IMAGES), ["disconnected", "connected"])
+        unpack(compact, args.root, lengths, settings.limit)
+        source = f"{compact}" + (f", first {settings.limit} images of each split" if settings.limit else "")
+    images = {name: pq.ParquetFile(path).metadata.num_rows for name, path in paths.items()}
+    return {"source": source, "root": str(args.root), "images": images}
+
+
+def _log_tail(folder: Path, lines: int = 5) -> list[str]:
+    log = folder / "study.log"
+    return log.read_text(errors="replace").splitlines()[-lines:] if log.is_file() else []
+
+
+def run_record(out: Path, run: Run, code: int | None, result: pathfinder_study.RunResult | None) -> dict[str, Any]:
+    """One run's outcome: its exit status (None: not started), evaluations, samples to the target and pace; the end
+    of its log when it failed."""
+    length, seed, variant = run
+    folder = pathfinder_study.run_folder(out, variant, length, seed)
+    summary = read_summary(folder) if folder.is_dir() else None
+    record: dict[str, Any] = {"variant": variant, "length": length, "seed": seed, "exit": code}
+    if result is not None:
+        record["evaluations"] = [
+            {"samples": e.step * result.batch_size, "top1": e.accuracy["top1"], "train_s": e.train_time_s}
+            for e in result.evaluations
+        ]
+        record[f"samples_to_{pathfinder_study.TARGET_TOP1:.0f}"] = result.samples_to(pathfinder_study.TARGET_TOP1)
+    record["train_images_per_s"] = summary.train_images_per_s if summary else None
+    if code:
+        record["log"] = _log_tail(folder)
+    return record
+
+
+def pathfinder(args: argparse.Namespace, settings: Settings, plan: Plan, deadline: float) -> dict[str, Any]:
+    """The plan's runs through the Pathfinder study's own runner, then its table over their folders."""
+    out, eval_samples, jobs = args.out / "pathfinder", settings.eval_samples, plan.jobs
+    options = ["--mixed-precision", MIXED_PRECISION, "--num-threads", str(max(1, (os.cpu_count() or 1) // jobs))]
+    codes = pathfinder_study.run_all(plan.runs, plan.samples, eval_samples, args.root, out, jobs, options, deadline)
+    results = {(r.length, r.seed, r.variant): r for r in pathfinder_study.read_results(out)}
+    records = [run_record(out, run, code, results.get(run)) for run, code in codes.items()]
+    for r in records:
+        if r["exit"]:  # the run folders may stay on the machine: the reason goes into the output
+            print(f"length {r['length']} {r['variant']} seed {r['seed']}: exit {r['exit']}", *r["log"], sep="\n  ")
+    table = pathfinder_study.table(list(results.values()), plan.samples, eval_samples)
+    return {"options": options, "jobs": jobs, "samples": plan.samples, "runs": records, "table": table}
 
 
 # ----------------------------------------------------------------------------- report
@@ -443,12 +418,24 @@ def _throughput_row(r: dict[str, Any]) -> str:
     return f"{head} {r['images_per_s']:.1f} | {r['peak_memory_mb'] / 1024:.2f} |"
 
 
-def _pathfinder_row(r: dict[str, Any]) -> str:
-    to_60 = "not reached" if r["samples_to_60"] is None else f"{r['samples_to_60']:,} ({r['steps_to_60']:,} steps)"
-    return (
-        f"| {r['variant']} | {r['model']} | {r['length']} | {100 * r['final_accuracy']:.1f} % after "
-        f"{r['train_s']:.0f} s | {100 * r['best_accuracy']:.1f} % | {to_60} | {r['images_per_s']:.0f} |"
-    )
+def _run_state(r: dict[str, Any]) -> str:
+    return {None: "not started", 0: "finished"}.get(r["exit"], f"stopped (exit {r['exit']})")
+
+
+def _pathfinder_section(results: dict[str, Any]) -> list[str]:
+    part, data = results["pathfinder"], results["data"]
+    lines = [
+        f"## Pathfinder-64 study ({len(part['runs'])} runs of {part['samples']:,} samples, "
+        f"`{' '.join(part['options'])}`, {part['jobs']} at a time; data: {data['source']})\n",
+        part["table"],
+    ]
+    rows = [
+        f"| {r['length']} | {r['variant']} | {r['seed']} | {_run_state(r)} | "
+        + ("–" if r["train_images_per_s"] is None else f"{r['train_images_per_s']:.0f}")
+        + " |"
+        for r in part["runs"]
+    ]
+    return [*lines, *_table(["length", "variant", "seed", "run", "train images/s"], rows)]
 
 
 def _table(header: list[str], rows: list[str]) -> list[str]:
@@ -478,10 +465,7 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [f"## Throughput ({results['precision']}, channels-last)\n"]
         lines += _table(header, [_throughput_row(r) for r in results["throughput"]])
     if "pathfinder" in results:
-        header = ["variant", "model", "contour length", "val accuracy", "best", "samples to 60 %", "train images/s"]
-        source = results["pathfinder"]["data"]["source"]
-        lines += [f"## Pathfinder-64, equal training time ({results['precision']}; data: {source})\n"]
-        lines += _table(header, [_pathfinder_row(r) for r in results["pathfinder"]["runs"]])
+        lines += _pathfinder_section(results)
     return "\n".join(lines)
 
 
@@ -495,14 +479,24 @@ def _write(out: Path, results: dict[str, Any]) -> None:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("output/gpu_study"), help="results.json and results.md")
+    parser.add_argument("--out", type=Path, default=Path("output/gpu_study"), help="results and Pathfinder runs")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the compact Pathfinder file")
-    parser.add_argument("--root", type=Path, default=Path("../shared/data"), help="Parquet sets (smoke fallback)")
-    parser.add_argument("--budget-s", type=float, default=None, help="refuse a longer plan (default 540; smoke 12)")
-    parser.add_argument("--train-s", type=float, default=None, help="seconds per Pathfinder run (default: budget)")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="the Pathfinder Parquet sets, unpacked from --data when absent (default output/pathfinder_sets; smoke: "
+        "in --out)",
+    )
+    parser.add_argument("--budget-s", type=float, default=None, help="refuse a longer plan (default 540; smoke 120)")
+    parser.add_argument("--samples", type=int, default=None, help="training samples per Pathfinder run")
+    parser.add_argument("--jobs", type=int, default=None, help="Pathfinder runs at a time (default 5; smoke 2)")
     parser.add_argument("--compile", action="store_true", help="also the iris models' inference, torch.compile'd")
     parser.add_argument("--smoke", action="store_true", help="every part, tiny, on the CPU")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.root is None:
+        args.root = args.out / "pathfinder_sets" if args.smoke else Path("output/pathfinder_sets")
+    return args
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -510,8 +504,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.smoke and not torch.cuda.is_available():
         raise SystemExit("The study measures a CUDA GPU and none is available; --smoke checks the script on the CPU.")
     settings = SMOKE if args.smoke else FULL
-    budget_s = args.budget_s or (12.0 if args.smoke else 540.0)
-    plan = make_plan(settings, budget_s, args.train_s, args.compile)
+    budget_s = args.budget_s or (120.0 if args.smoke else 540.0)
+    deadline = time.monotonic() + budget_s  # Pathfinder runs still going then are stopped
+    plan = make_plan(settings, budget_s, args.samples or settings.samples, args.jobs or settings.jobs, args.compile)
     print(plan.describe(), flush=True)
     device = torch.device(settings.device)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -520,10 +515,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {"command": command, "device": name, "torch": torch.__version__, "took_s": {}}
     results["precision"] = f"{settings.autocast} autocast" if settings.autocast else "float32"
     results["plan"] = {**dataclasses.asdict(plan), "budget_s": budget_s}
-    parts: dict[str, Callable[[], Any]] = {
+    lengths = sorted({length for length, *_ in plan.runs})
+    parts: dict[str, Callable[[], Any]] = {  # the data first: a missing file stops the study before it spends time
+        "data": lambda: pathfinder_data(args, settings, lengths),
         "correctness": lambda: correctness(settings, device),
         "throughput": lambda: throughput(settings, device, args.compile),
-        "pathfinder": lambda: pathfinder(args, settings, plan, device),
+        "pathfinder": lambda: pathfinder(args, settings, plan, deadline),
     }
     begin = time.perf_counter()
     for part, run in parts.items():

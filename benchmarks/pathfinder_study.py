@@ -19,6 +19,7 @@ trains through ``iris_timm.training.fit``, the code ``train.py`` runs, one threa
 
     python -m benchmarks.pathfinder_study run cdr --length 9 --seed 0 --data-root ../shared/data
     python -m benchmarks.pathfinder_study all --lengths 9 --seeds 0 1 --data-root ../shared/data   # two at a time
+    python -m benchmarks.pathfinder_study all --jobs 5 --mixed-precision bf16 --num-threads 3   # other train.py options
     python -m benchmarks.pathfinder_study table --out model_cards/pathfinder_study
     python -m benchmarks.pathfinder_study --smoke                                            # seconds, on made-up data
 
@@ -30,10 +31,13 @@ per contour length, named as the generator's README names them (``pathfinder64_l
 import argparse
 import dataclasses
 import json
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -45,7 +49,7 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from torch import nn
 
 from iris_timm.files import write_text
-from iris_timm.layers.cdr import ModesConvectionDiffusionReaction2d, _rotate
+from iris_timm.layers.cdr import ConvectionDiffusionReaction2d, _rotate
 from iris_timm.training import TrainingError, fit, parse_config
 from iris_timm.training.run_folder import Evaluation, read_evaluations, read_summary, read_train_config
 
@@ -65,7 +69,7 @@ TARGET_TOP1 = 60.0  # the table gives the samples at which a run first reaches t
 # ----------------------------------------------------------------------------- global paths, channels-last
 
 
-class DynamicCDR(ModesConvectionDiffusionReaction2d):
+class DynamicCDR(ConvectionDiffusionReaction2d):
     """The operator with per-sample coefficients: a linear map of the input's spatial mean (zero at the start, so it
     starts as the static operator) shifts each channel's log-diffusion, velocity, reaction and log-time."""
 
@@ -109,7 +113,10 @@ class SpectralFilter(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, H, W, C), H = W = grid
         spectrum = torch.fft.rfft2(x.float(), dim=(1, 2), norm="ortho")  # (B, H, W // 2 + 1, C)
-        y = torch.fft.irfft2(spectrum * torch.view_as_complex(self.weight), s=x.shape[1:3], dim=(1, 2), norm="ortho")
+        # contiguous(): a channels-last model keeps this 4-D weight in another layout
+        y = torch.fft.irfft2(
+            spectrum * torch.view_as_complex(self.weight.contiguous()), s=x.shape[1:3], dim=(1, 2), norm="ortho"
+        )
         return y.to(x.dtype)
 
 
@@ -117,7 +124,7 @@ def create_global_path(kind: str, channels: int, modes: int, grid: int) -> nn.Mo
     if kind == "none":
         return None
     if kind == "cdr":
-        return ModesConvectionDiffusionReaction2d(channels, modes=modes)
+        return ConvectionDiffusionReaction2d(channels, modes=modes)
     if kind == "cdr_dynamic":
         return DynamicCDR(channels, modes=modes)
     if kind == "spectral":
@@ -225,11 +232,19 @@ def run_argv(
 
 
 def run(
-    variant: str, length: int, seed: int, samples: int, data_root: Path, out: Path, eval_samples: int = EVAL_SAMPLES
+    variant: str,
+    length: int,
+    seed: int,
+    samples: int,
+    data_root: Path,
+    out: Path,
+    eval_samples: int = EVAL_SAMPLES,
+    options: Sequence[str] = (),
 ) -> None:
-    """One run through iris_timm.training.fit, skipped when its folder holds it finished at this budget."""
+    """One run through iris_timm.training.fit, skipped when its folder holds it finished at this budget; ``options``
+    are train.py options over the study's (``--mixed-precision bf16``)."""
     argv = run_argv(variant, length, seed, samples, data_root, out, eval_samples)
-    cfg = parse_config(argv)
+    cfg = parse_config([*argv, *options])
     summary = read_summary(Path(cfg.output_dir)) if Path(cfg.output_dir).is_dir() else None
     if summary is not None and summary.steps >= cfg.max_steps:
         print(f"{cfg.output_dir}: finished ({summary.steps} steps).")
@@ -238,26 +253,41 @@ def run(
 
 
 def run_all(
-    keys: list[tuple[int, int, str]], samples: int, eval_samples: int, data_root: Path, out: Path, jobs: int
-) -> None:
-    """The (length, seed, variant) runs, ``jobs`` processes at a time, one thread each; each logs to its folder."""
+    keys: list[tuple[int, int, str]],
+    samples: int,
+    eval_samples: int,
+    data_root: Path,
+    out: Path,
+    jobs: int,
+    options: Sequence[str] = (),
+    deadline: float | None = None,
+) -> dict[tuple[int, int, str], int | None]:
+    """The (length, seed, variant) runs in this order, ``jobs`` processes at a time, each logging to its folder's
+    study.log; ``options`` are train.py options for every run (the recipe's one thread unless they say otherwise).
+    With a ``deadline`` (``time.monotonic()``), a run not started by then is skipped and one still going is stopped
+    as Ctrl-C stops it, keeping its checkpoint and evaluations. Each run's exit status, None where skipped."""
 
-    def one(key: tuple[int, int, str]) -> int:
+    def one(key: tuple[int, int, str]) -> int | None:
         length, seed, variant = key
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
         folder = run_folder(out, variant, length, seed)
         folder.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "benchmarks.pathfinder_study", "run", variant, "--length", str(length)]
         argv += ["--seed", str(seed), "--samples", str(samples), "--eval-samples", str(eval_samples)]
-        argv += ["--data-root", str(data_root), "--out", str(out)]
+        argv += ["--data-root", str(data_root), "--out", str(out), *options]
         with open(folder / "study.log", "a") as log:
-            code = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                code = process.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGINT)
+                code = process.wait()
         print(f"{folder}: exit {code}", flush=True)
         return code
 
     with ThreadPoolExecutor(jobs) as pool:
-        codes = list(pool.map(one, keys))
-    if any(codes):
-        raise SystemExit(f"{sum(c != 0 for c in codes)} of {len(codes)} runs failed; see study.log in their folders.")
+        return dict(zip(keys, pool.map(one, keys), strict=True))
 
 
 # ----------------------------------------------------------------------------- the table
@@ -396,17 +426,24 @@ def main(argv: list[str] | None = None) -> None:
     commands.choices["all"].add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     commands.choices["all"].add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each")
     commands.choices["table"].add_argument("--results", type=Path, help="write the table here (results.md)")
-    args = parser.parse_args(argv)
+    args, options = parser.parse_known_args(argv)  # run and all pass other options on to train.py
+    if options and args.command not in ("run", "all"):
+        parser.error(f"unrecognized arguments: {' '.join(options)}")
     if args.smoke:
         with tempfile.TemporaryDirectory() as tmp:
             print(smoke(Path(tmp)))
         return
     try:
         if args.command == "run":
-            run(args.variant, args.length, args.seed, args.samples, args.data_root, args.out, args.eval_samples)
+            run(
+                args.variant, args.length, args.seed, args.samples, args.data_root, args.out, args.eval_samples, options
+            )
         elif args.command == "all":
             keys = [(length, seed, v) for length in args.lengths for seed in args.seeds for v in args.variants]
-            run_all(keys, args.samples, args.eval_samples, args.data_root, args.out, args.jobs)
+            codes = run_all(keys, args.samples, args.eval_samples, args.data_root, args.out, args.jobs, options)
+            if any(codes.values()):
+                failed = sum(code != 0 for code in codes.values())
+                raise SystemExit(f"{failed} of {len(codes)} runs failed; see study.log in their folders.")
         elif args.command == "table":
             text = table(read_results(args.out), args.samples, args.eval_samples)
             if args.results:

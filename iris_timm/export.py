@@ -1,6 +1,6 @@
 """Export iris models to ONNX.
 
-The PDE operator is matrix products, which the exporters take as they are. Where an exporter records the graph, the
+The CDR operator is matrix products, which the exporters take as they are. Where an exporter records the graph, the
 operator builds its transforms inside it from the input's size, so a graph exported with a free image size computes
 the same operator at every size, with either exporter (``torch.onnx.export(..., dynamo=False)`` and
 ``dynamic_axes``, as timm's ``onnx_export(..., dynamic_size=True)`` calls it, or ``dynamo=True`` and

@@ -4,7 +4,7 @@
 FFTs, and counts a complex product as if it were real. Here FFTs are counted with the standard
 radix-2 estimate (``5 N log2 N`` real flops for a complex transform of ``N`` points, half that for a
 real-input or real-output one), complex products at their real cost (a complex multiply-add is four
-real ones), and elementwise complex multiplies (the FFT method's symbol) at 6 flops each. Real
+real ones), and elementwise complex multiplies (a spectral filter's weights) at 6 flops each. Real
 elementwise ops are not counted, as in timm's published GMACs. Attention on the CPU (which torch's
 counter misses) is counted like attention elsewhere. One MAC is two flops.
 """

@@ -54,7 +54,7 @@ __all__ = [
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
 CARD_NAME = "README.md"
-# The config.json key naming the iris_timm version that saved the folder (absent before 0.2).
+# The config.json key naming the iris_timm version that saved the folder; a folder without it was written by 0.1.
 VERSION_KEY = "iris_timm_version"
 # The oldest iris_timm whose folders this version reads, and why older ones are not read.
 OLDEST_READABLE_VERSION = (0, 3)
@@ -107,7 +107,7 @@ def _finish_config(config_path: Path) -> None:
 
 def _check_version(path: Path, config: dict[str, Any]) -> None:
     """An iris model's folder was written by a version whose architecture this one builds (see
-    ``OLDEST_READABLE_VERSION``). Folders written by 0.1 record no version."""
+    ``OLDEST_READABLE_VERSION``); a folder without ``VERSION_KEY`` counts as written by 0.1."""
     if not config["architecture"].startswith("iris_"):
         return
     written_by = str(config.get(VERSION_KEY, "0.1"))
@@ -240,14 +240,14 @@ def push_to_hub(
     The repo is created if missing (``private``: ``None`` follows the owner's default visibility), and the branch
     ``revision`` too. ``token`` defaults to huggingface_hub's usual places (``HF_TOKEN``, ``hf auth login``). Then
     ``timm.create_model("hf-hub:<repo_id>", pretrained=True)`` (after ``import iris_timm``) and transformers'
-    ``AutoModelForImageClassification.from_pretrained(repo_id)`` load it. (timm's ``push_to_hf_hub`` is not used:
-    it would write timm's generic README instead of the model card, a pickle beside the safetensors, and
-    ``num_classes`` into ``model_args``, which transformers refuses.)
+    ``AutoModelForImageClassification.from_pretrained(repo_id)`` load it.
 
     Returns:
         The commit, from ``HfApi.upload_folder``.
     """
     _check_saveable(model, label_names)  # before the repo is created
+    # Not timm's push_to_hf_hub: it writes timm's generic README instead of the model card, a pickle beside the
+    # safetensors, and num_classes into model_args, which transformers refuses.
     api = HfApi(token=token, library_name="timm", library_version=timm.__version__)
     repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id  # with the owner, if it was implicit
     if revision is not None:
@@ -265,32 +265,34 @@ def push_to_hub(
         )
 
 
-def _looks_like_a_path(name: str) -> bool:
-    """A string that can only mean a local path: it starts like one, has more than one separator, or its first
-    component is an existing folder (``output/digts`` when ``output/`` exists)."""
-    if name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1:
-        return True
-    return "/" in name and os.path.isdir(name.split("/")[0])
+def _is_hub_id(name: str) -> bool:
+    """``ORG/NAME[@REVISION]`` as the Hub spells a repo id (one ``/`` between two names the Hub accepts, so nothing
+    that starts like a path: ``.``, ``/``, ``~``), whose ``ORG`` is not a folder here (then it is a path inside it)."""
+    repo_id = _split_revision(name)[0]
+    if repo_id.count("/") != 1 or os.path.isdir(repo_id.split("/")[0]):
+        return False
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        return False
+    return True
 
 
 def _parse_source(name_or_path: str | os.PathLike) -> tuple[str, str]:
-    """``("local-dir", path)`` or ``("hf-hub", "ORG/NAME[@REVISION]")``; an existing path wins over a repo id."""
+    """``("local-dir", path)`` or ``("hf-hub", "ORG/NAME[@REVISION]")``, by the rule of :func:`from_pretrained`."""
     if os.path.islink(name_or_path) and not os.path.exists(name_or_path):
         raise FileNotFoundError(
             f"{name_or_path} is a symbolic link that leads nowhere (its target is missing, or links loop). Point it "
             "at the folder iris_timm.save_pretrained wrote."
         )
-    if isinstance(name_or_path, os.PathLike) or os.path.exists(name_or_path):
+    if isinstance(name_or_path, os.PathLike):
         return "local-dir", os.fspath(name_or_path)
     source, _, location = name_or_path.partition(":")
     if source in ("hf-hub", "local-dir") and location:
         return source, location
-    if _looks_like_a_path(name_or_path):
-        return "local-dir", name_or_path  # reported as a missing folder, never looked up on the Hub
-    try:
-        validate_repo_id(_split_revision(name_or_path)[0])
-    except HFValidationError as e:
-        raise FileNotFoundError(f"No folder at {name_or_path}, and it is not a Hub repo id either: {e}") from e
+    path = os.path.expanduser(name_or_path)
+    if os.path.exists(path) or not _is_hub_id(name_or_path):
+        return "local-dir", path  # a missing one is reported as a missing folder, never looked up on the Hub
     return "hf-hub", name_or_path
 
 
@@ -307,7 +309,7 @@ def _local_files(folder: Path) -> tuple[Path, Path]:
     if not folder.exists():
         raise FileNotFoundError(
             f"No folder at {folder}{_close_names(folder)}. Give the folder iris_timm.save_pretrained wrote, or a Hub "
-            "repo id."
+            "repo id ORG/NAME."
         )
     if not folder.is_dir():
         pickled = f" It is a pickle: {_CONVERT_PICKLE}" if folder.suffix in PICKLE_SUFFIXES else ""
@@ -367,6 +369,23 @@ def _hub_snapshot(
     return Path(folder)
 
 
+def _checked_hub_snapshot(
+    name_or_path: str,
+    model_id: str,
+    revision: str | None,
+    token: str | bool | None,
+    cache_dir: str | os.PathLike | None,
+) -> Path:
+    """:func:`_hub_snapshot`; where ``name_or_path`` was a bare ``ORG/NAME`` (no ``hf-hub:``), which could also have
+    meant a folder, a failure says that neither exists."""
+    try:
+        return _hub_snapshot(model_id, revision, token, cache_dir)
+    except OSError as e:  # FileNotFoundError, and huggingface_hub's HTTP and offline errors
+        if name_or_path.startswith("hf-hub:"):
+            raise
+        raise FileNotFoundError(f"No folder at {name_or_path}; as a Hub repo: {e}") from e
+
+
 def _read_config(path: Path) -> dict[str, Any]:
     """``config.json``, checked to be timm's hub config naming an architecture timm knows."""
     try:
@@ -413,6 +432,13 @@ def from_pretrained(
     model's ``checkpoint_filter_fn`` receives them, and once loaded for another timm model. Offline
     (``HF_HUB_OFFLINE=1``) a Hub repo loads from the local cache.
 
+    Which names a folder and which a Hub repo: ``"local-dir:PATH"`` and a ``PathLike`` are folders, and
+    ``"hf-hub:ORG/NAME"`` a repo. Any other string is a folder if one exists there (``~`` expanded), and otherwise a
+    repo only if it reads as a Hub repo id ``ORG/NAME[@REVISION]``: one ``/`` between two names the Hub accepts,
+    with no folder ``ORG`` here. Everything else (``no_such_dir``, ``./x``, ``x/``, ``../x``, ``/abs/x``, ``~/x``,
+    ``a/b/c``, ``output/typo`` where ``output/`` exists) raises ``FileNotFoundError`` saying that no such folder
+    exists, before the Hub is asked; a repo id that is not on the Hub either (or cannot be reached) says both.
+
     Args:
         name_or_path: ``"local-dir:PATH"``, ``"hf-hub:ORG/NAME[@REVISION]"``, a folder, or a Hub repo id
             ``"ORG/NAME[@REVISION]"`` (an existing folder of that name wins).
@@ -439,7 +465,7 @@ def from_pretrained(
         config_path, weights_path = _local_files(Path(location))
         model_name = f"local-dir:{location}"
     else:
-        snapshot = _hub_snapshot(location, revision, token, cache_dir)
+        snapshot = _checked_hub_snapshot(name_or_path, location, revision, token, cache_dir)
         config_path, weights_path = snapshot / CONFIG_NAME, snapshot / WEIGHTS_NAME
         # Pinned to the commit the checked files came from.
         model_name = f"hf-hub:{_split_revision(location)[0]}@{snapshot.name}"

@@ -1,8 +1,10 @@
 """What several test files share: the test-sized iris model, seeded, PDE coefficients that show in the output, and
 a finished run's summary. train.py and benchmarks/ live at the repository root, beside the package: the root goes
-on the import path."""
+on the import path. The recipes' datasets are read from the local copies in ../shared/data (IRIS_TIMM_DATA), unless
+the environment names other copies."""
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -13,10 +15,12 @@ from torch import nn
 
 import iris_timm  # noqa: F401  (registers the iris_* models)
 from iris_timm.layers import ConvectionDiffusionReaction2d
+from iris_timm.training.data import LOCAL_DATA
 from iris_timm.training.run_folder import Summary
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault(LOCAL_DATA, str(ROOT.parent / "shared" / "data"))  # inherited by the train.py processes too
 
 TINY_MODEL = "iris_pdessm_test"
 

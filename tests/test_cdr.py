@@ -1,4 +1,4 @@
-"""The convection–diffusion–reaction operator against independent references: a dense convolution written in
+"""The CDR (convection–diffusion–reaction) operator against independent references: a dense convolution written in
 numpy, the continuous Gaussian solution of the PDE, and an exact FFT over the period."""
 
 import math
@@ -16,8 +16,11 @@ def nchw(op: ConvectionDiffusionReaction2d, x: torch.Tensor, apply=None) -> torc
     return y.permute(0, 3, 1, 2)
 
 
-# Even, odd, non-square and 1-pixel grids.
-GRIDS = [(8, 8), (7, 9), (6, 11), (1, 1), (1, 6), (5, 1), (2, 3)]
+# Even, odd, non-square and 1-pixel grids, all of them small enough for the dense path (at most DENSE_MAX_SIZE cells a
+# side); with modes=0 the larger ones take it too (as many kept coefficients per axis as cells).
+GRIDS = [(8, 8), (7, 9), (6, 11), (1, 1), (1, 6), (5, 1), (2, 3), (32, 32), (20, 27)]
+# Grids above DENSE_MAX_SIZE on a side, which take the transforms at a cut-off.
+TRANSFORM_GRIDS = [(24, 17), (40, 3), (17, 20)]
 
 
 def fft_reference(op: ConvectionDiffusionReaction2d, x: torch.Tensor) -> torch.Tensor:
@@ -111,12 +114,12 @@ def test_every_mode_kept_is_the_dense_numpy_convolution(grid, boundary, apply):
     np.testing.assert_allclose(y, reference(x.double().numpy(), op), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("grid", [(8, 8), (7, 9), (6, 11), (1, 1), (2, 3), (16, 13), (24, 17)])
+@pytest.mark.parametrize("grid", [(8, 8), (7, 9), (6, 11), (1, 1), (2, 3), (16, 13), *TRANSFORM_GRIDS])
 @pytest.mark.parametrize("boundary", ["open", "periodic"])
 @pytest.mark.parametrize("inference", [False, True])
 def test_modes_keep_exactly_the_wavenumbers_under_the_cutoff(grid, boundary, inference):
-    """The matrix-product path is the dense convolution with the symbol cut past |k| = π·modes; in inference, where
-    grids up to DENSE_MAX_SIZE run as depthwise convolutions, too."""
+    """Both paths, dense (grids up to DENSE_MAX_SIZE; in inference, depthwise convolutions) and the transforms, are
+    the dense convolution with the symbol cut past |k| = π·modes."""
     op = create_cdr(3, boundary=boundary, modes=2)
     randomize(op, seed=1)
     x = torch.randn(2, 3, *grid)
@@ -265,43 +268,42 @@ def test_torchscript_matches_eager():
     torch.testing.assert_close(torch.jit.script(op)(x), op(x), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("grid", [(5, 7), (16, 16), (9, 12), (1, 6), (17, 20), (40, 3)])
+@pytest.mark.parametrize(
+    ("grid", "modes"),
+    [((5, 7), 2), ((16, 16), 2), ((9, 12), 2), ((1, 6), 2), ((32, 32), 0), *((grid, 2) for grid in TRANSFORM_GRIDS)],
+)
 @pytest.mark.parametrize("boundary", ["open", "periodic"])
-def test_hand_written_gradients_match_autograd(grid, boundary):
-    """Small grids apply dense matrices per axis, larger ones the transforms, each with a hand-written backward.
+def test_hand_written_gradients_match_autograd(grid, modes, boundary):
+    """The dense path (small grids, and every mode kept) and the transforms each have a hand-written backward;
     TorchScript runs the same forward under autograd: the output and the gradients of the input and of the
-    coefficients agree, and forced through the transforms, a small grid gives the same again."""
-    op = create_cdr(4, num_heads=2, boundary=boundary, modes=2)
+    coefficients agree."""
+    op = create_cdr(4, num_heads=2, boundary=boundary, modes=modes)
     randomize(op, seed=8)
-    through_transforms = create_cdr(4, num_heads=2, boundary=boundary, modes=2)
-    through_transforms.load_state_dict(op.state_dict())
-    through_transforms.dense_max_size = 0
     x = torch.randn(3, *grid, 4)
     projection = torch.randn(3, *grid, 4)
 
-    def output_and_gradients(module, parameters) -> list[torch.Tensor]:
+    def output_and_gradients(module) -> list[torch.Tensor]:
         x_grad = x.clone().requires_grad_()
         y = module(x_grad)
-        return [y, *torch.autograd.grad(y, (x_grad, *parameters), projection)]
+        return [y, *torch.autograd.grad(y, (x_grad, *op.parameters()), projection)]
 
-    want = output_and_gradients(torch.jit.script(op), list(op.parameters()))
-    for module in (op, through_transforms):
-        got = output_and_gradients(module, list(module.parameters()))
-        for a, b in zip(got, want, strict=True):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for got, want in zip(output_and_gradients(op), output_and_gradients(torch.jit.script(op)), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_bases_cached_in_inference_mode_serve_training():
-    from iris_timm.layers.cdr import _cached_axis_bases
-
-    _cached_axis_bases.cache_clear()
+@pytest.mark.parametrize("grid", [(11, 13), (23, 19)])
+def test_an_operator_run_in_inference_mode_then_trains_on_the_same_grid(grid):
+    """Inference first, then training on the same grid (dense, then transforms): the same output, and the gradient
+    that TorchScript's autograd gives."""
     op = create_cdr(4)
-    x = torch.randn(1, 23, 19, 4)  # the transforms' grid: their bases come from the cache
+    randomize(op, seed=9)
+    x = torch.randn(2, *grid, 4)
     with torch.inference_mode():
         expected = op(x)
-    assert _cached_axis_bases.cache_info().currsize == 2
     x.requires_grad_()
     y = op(x)
     y.sum().backward()
-    torch.testing.assert_close(y.detach(), expected)
-    assert x.grad.isfinite().all() and _cached_axis_bases.cache_info().hits >= 2
+    torch.testing.assert_close(y.detach(), expected, rtol=1e-5, atol=1e-6)
+    x_script = x.detach().clone().requires_grad_()
+    torch.jit.script(op)(x_script).sum().backward()
+    torch.testing.assert_close(x.grad, x_script.grad, rtol=1e-4, atol=1e-5)

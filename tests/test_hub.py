@@ -363,14 +363,55 @@ def edit_config(folder: Path, edit) -> None:
     (folder / "config.json").write_text(json.dumps(config))
 
 
-def test_missing_folder(tmp_path, forbid_weight_reads):
-    absent = re.escape(str(tmp_path / "absent"))
-    with pytest.raises(FileNotFoundError, match=f"^No folder at {absent}\\. Give the folder"):
-        iris_timm.from_pretrained(tmp_path / "absent")
-    with pytest.raises(FileNotFoundError, match=f"^No folder at {absent}\\. Give the folder"):
-        iris_timm.from_pretrained(str(tmp_path / "absent"))  # a path, never looked up on the Hub
-    with pytest.raises(FileNotFoundError, match="not a Hub repo id either"):
-        iris_timm.from_pretrained("not a repo")
+@pytest.fixture
+def forbid_the_hub(monkeypatch):
+    """A name that can only be a local path must be reported as a missing folder without asking the Hub."""
+
+    def snapshot_download(*args, **kwargs):
+        raise AssertionError("the Hub was asked")
+
+    monkeypatch.setattr(iris_timm.hub, "snapshot_download", snapshot_download)
+
+
+@pytest.mark.parametrize(
+    ("name", "missing", "advice"),
+    [
+        ("no_such_dir", "no_such_dir", "Give the folder"),
+        ("not a repo", "not a repo", "Give the folder"),
+        ("./runs/model", "runs/model", "Give the folder"),
+        ("runs/", "runs", "Give the folder"),
+        ("../runs", "../runs", "Give the folder"),
+        ("a/b/c", "a/b/c", "Give the folder"),
+        ("~/models/iris", "{home}/models/iris", "Give the folder"),
+        ("{tmp}/absent", "{tmp}/absent", "Give the folder"),
+        (Path("absent"), "absent", "Give the folder"),
+        ("output/digts", "output/digts", r"\(did you mean output/digits\?\)"),
+    ],
+)
+def test_a_missing_local_path_is_a_missing_folder_never_a_hub_id(
+    tmp_path, monkeypatch, forbid_weight_reads, forbid_the_hub, name, missing, advice
+):
+    (tmp_path / "output" / "digits").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    if isinstance(name, str):
+        name = name.format(tmp=tmp_path)
+    missing = re.escape(missing.format(home=tmp_path / "home", tmp=tmp_path))
+    with pytest.raises(FileNotFoundError, match=f"^No folder at {missing}\\.? {advice}"):
+        iris_timm.from_pretrained(name)
+
+
+@pytest.mark.parametrize(
+    ("name", "phrase"),
+    [
+        (REPO_ID, f"^No folder at {REPO_ID}; as a Hub repo: hf-hub:{REPO_ID} is not in the Hugging Face cache"),
+        (f"hf-hub:{REPO_ID}", f"^hf-hub:{REPO_ID} is not in the Hugging Face cache"),
+    ],
+)
+def test_a_repo_missing_from_the_offline_cache(offline_cache, forbid_weight_reads, name, phrase):
+    """A bare ORG/NAME could have been a folder too: the error says neither exists."""
+    with pytest.raises(FileNotFoundError, match=phrase):
+        iris_timm.from_pretrained(name)
 
 
 def test_missing_weights(saved, forbid_weight_reads):
@@ -404,27 +445,37 @@ def test_damaged_weights(saved, forbid_weight_reads, damage):
         iris_timm.from_pretrained(saved)
 
 
-def test_config_that_is_not_json(saved, forbid_weight_reads):
-    (saved / "config.json").write_text("{'architecture': 'iris_pdessm_test'}")
-    with pytest.raises(ValueError, match="not valid JSON"):
-        iris_timm.from_pretrained(saved)
+def _write_config(text: str):
+    return lambda folder: (folder / "config.json").write_text(text)
 
 
-def test_config_naming_an_unknown_architecture(saved, forbid_weight_reads):
-    edit_config(saved, lambda config: config.update(architecture="iris_pdessm_huge"))
-    with pytest.raises(ValueError, match="'iris_pdessm_huge', which timm does not know"):
-        iris_timm.from_pretrained(saved)
+def _edit_config(edit):
+    return lambda folder: edit_config(folder, edit)
 
 
-def test_config_missing_keys(saved, forbid_weight_reads):
-    edit_config(saved, lambda config: [config.pop("architecture"), config.pop("pretrained_cfg")])
-    with pytest.raises(ValueError, match=r"lacks the key\(s\) \['architecture', 'pretrained_cfg'\]"):
-        iris_timm.from_pretrained(saved)
-
-
-def test_config_with_unknown_model_args(saved, forbid_weight_reads):
-    edit_config(saved, lambda config: config["model_args"].update(depth=3))
-    with pytest.raises(ValueError, match="timm cannot build"):
+@pytest.mark.parametrize(
+    ("damage", "phrase"),
+    [
+        pytest.param(_write_config("{'architecture': 'iris_pdessm_test'}"), "not valid JSON", id="not JSON"),
+        pytest.param(_write_config("[]"), "holds a JSON list, not timm's config object", id="not an object"),
+        pytest.param(
+            _edit_config(lambda config: config.update(architecture="iris_pdessm_huge")),
+            "'iris_pdessm_huge', which timm does not know",
+            id="unknown architecture",
+        ),
+        pytest.param(
+            _edit_config(lambda config: [config.pop("architecture"), config.pop("pretrained_cfg")]),
+            r"lacks the key\(s\) \['architecture', 'pretrained_cfg'\]",
+            id="missing keys",
+        ),
+        pytest.param(
+            _edit_config(lambda config: config["model_args"].update(depth=3)), "timm cannot build", id="unknown args"
+        ),
+    ],
+)
+def test_a_bad_config_is_refused_naming_the_file(saved, forbid_weight_reads, damage, phrase):
+    damage(saved)
+    with pytest.raises(ValueError, match=f"{re.escape(str(saved / 'config.json'))}.*{phrase}"):
         iris_timm.from_pretrained(saved)
 
 
@@ -433,11 +484,6 @@ def test_a_hub_repo_without_safetensors_is_refused(saved, offline_cache, forbid_
     torch.save({}, saved / "pytorch_model.bin")
     add_to_cache(offline_cache, REPO_ID, saved)
     with pytest.raises(FileNotFoundError, match=f"hf-hub:{REPO_ID} has no model\\.safetensors\\..*{NEVER_UNPICKLES}"):
-        iris_timm.from_pretrained(REPO_ID)
-
-
-def test_a_repo_missing_from_the_offline_cache(offline_cache, forbid_weight_reads):
-    with pytest.raises(FileNotFoundError, match="not in the Hugging Face cache"):
         iris_timm.from_pretrained(REPO_ID)
 
 
@@ -514,17 +560,6 @@ def test_save_pretrained_writes_any_timm_model_that_timm_loads_back(tmp_path):
 def test_card_describes_the_block_and_operator_the_model_has(kwargs, phrases):
     text = model_card(create(**kwargs), f"hf-hub:{REPO_ID}").text
     assert all(phrase in text for phrase in phrases), text
-
-
-def test_a_mistyped_local_path_is_a_missing_folder_not_a_hub_id(tmp_path, monkeypatch, forbid_weight_reads):
-    (tmp_path / "output" / "digits").mkdir(parents=True)
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"^No folder at output/digts \(did you mean output/digits\?\)"):
-        iris_timm.from_pretrained("output/digts")
-    with pytest.raises(FileNotFoundError, match=r"^No folder at runs/model\. Give the folder"):
-        iris_timm.from_pretrained("./runs/model")
-    with pytest.raises(FileNotFoundError, match=r"^No folder at a/b/c\. Give the folder"):
-        iris_timm.from_pretrained("a/b/c")
 
 
 def test_a_symlink_loop_is_reported_as_such(tmp_path, forbid_weight_reads):

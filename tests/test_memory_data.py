@@ -9,7 +9,7 @@ from datasets import Dataset, Features, Value
 from datasets import Image as ImageFeature
 from PIL import Image
 
-from iris_timm import memory_data
+from iris_timm.training import memory_data
 from iris_timm.training.memory_data import (
     BatchAugment,
     ImageTensorDataset,

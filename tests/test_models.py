@@ -12,12 +12,7 @@ from timm.models import group_parameters
 from timm.optim import param_groups_weight_decay
 from torchvision.models.feature_extraction import create_feature_extractor
 
-from iris_timm.layers import (
-    ConvectionDiffusionReaction2d,
-    DepthwiseConv,
-    LocalPlusGlobal,
-    ModesConvectionDiffusionReaction2d,
-)
+from iris_timm.layers import ConvectionDiffusionReaction2d, DepthwiseConv, LocalPlusGlobal
 
 MODELS = timm.list_models("iris_*")
 FEAT_SIZE = 96  # timm: 96
@@ -105,7 +100,7 @@ def test_model_options():
 
 @pytest.mark.parametrize(
     ("spatial_mix", "spatial_class"),
-    [("both", LocalPlusGlobal), ("local", DepthwiseConv), ("global", ModesConvectionDiffusionReaction2d)],
+    [("both", LocalPlusGlobal), ("local", DepthwiseConv), ("global", ConvectionDiffusionReaction2d)],
 )
 def test_the_ablation_switch_picks_each_blocks_spatial_filter(spatial_mix, spatial_class):
     model = timm.create_model("iris_pdessm_test", spatial_mix=spatial_mix, pde_modes=3)
@@ -143,26 +138,41 @@ def test_the_same_weights_run_at_any_resolution():
 
 
 @pytest.mark.parametrize(
-    ("shape", "message"),
+    ("x", "message"),
     [
-        ((2, 4, 64, 64), r"\(B, 3, H, W\) with H, W >= 4, got \[2, 4, 64, 64\]"),
-        ((3, 64, 64), "got a 3-D tensor"),
-        ((1, 3, 3, 64), r"at least one stem cell \(4 pixels\)"),
+        (torch.randn(2, 4, 64, 64), r"\(B, 3, H, W\) with H, W >= 4, got \[2, 4, 64, 64\]"),
+        (torch.randn(3, 64, 64), "got a 3-D tensor"),
+        (torch.randn(1, 3, 3, 64), r"at least one stem cell \(4 pixels\)"),
+        (torch.randn(1, 32, 32, 3), "looks channels-last"),
+        (torch.randn(1, 3, 32, 32, dtype=torch.float64), r"model's dtype torch\.float32, got torch\.float64"),
+        (torch.randn(1, 3, 32, 32, dtype=torch.float16), r"got torch\.float16\. .*torch\.autocast"),
+        (torch.randn(1, 3, 32, 32, dtype=torch.bfloat16), r"got torch\.bfloat16\. .*torch\.autocast"),
+        (torch.zeros(1, 3, 32, 32, dtype=torch.uint8), r"got torch\.uint8\. .*scaling to \[0, 1\]"),
+        (torch.zeros(1, 3, 32, 32, dtype=torch.int64), r"got torch\.int64"),
     ],
+    ids=["channels", "rank", "size", "channels-last", "float64", "float16", "bfloat16", "uint8", "int64"],
 )
-def test_bad_input_raises_value_error(shape, message):
+def test_bad_input_raises_a_value_error_saying_what_to_do(x, message):
     model = timm.create_model("iris_pdessm_test")
     with pytest.raises(ValueError, match=message):
-        model(torch.randn(shape))
+        model(x)
     with pytest.raises(ValueError, match=message):
-        model.forward_intermediates(torch.randn(shape))
+        model.forward_intermediates(x)
 
 
+def test_float64_images_are_refused_under_autocast_too():
+    """Autocast casts float32, float16 and bfloat16 inputs, not float64."""
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(ValueError, match=r"got torch\.float64"):
+        timm.create_model("iris_pdessm_test")(torch.randn(1, 3, 32, 32, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("input_dtype", ["float32", "autocast dtype"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_autocast_forward_backward_is_finite(dtype):
-    """224x224 gives 56, 28, 14 and 7 token grids: the non-power-of-two sizes cuFFT refuses in half precision."""
+def test_autocast_forward_backward_is_finite(dtype, input_dtype):
+    """224x224 gives 56, 28, 14 and 7 token grids. Under autocast the model takes float32 images and images in the
+    autocast dtype alike."""
     model = timm.create_model("iris_pdessm_test", num_classes=10).train()
-    x = torch.randn(2, 3, 224, 224)
+    x = torch.randn(2, 3, 224, 224, dtype=torch.float32 if input_dtype == "float32" else dtype)
     with torch.autocast("cpu", dtype=dtype):
         logits = model(x)
     assert logits.dtype == dtype and logits.isfinite().all()
@@ -173,21 +183,6 @@ def test_autocast_forward_backward_is_finite(dtype):
 def test_pretrained_without_published_weights_raises():
     with pytest.raises(RuntimeError, match="No pretrained weights exist"):
         timm.create_model("iris_pdessm_test", pretrained=True)
-
-
-@pytest.mark.parametrize(
-    ("x", "message"),
-    [
-        (torch.randn(1, 32, 32, 3), "looks channels-last"),
-        (torch.randn(1, 3, 32, 32, dtype=torch.float64), r"model's dtype torch\.float32, got torch\.float64"),
-        (torch.zeros(1, 3, 32, 32, dtype=torch.uint8), r"got torch\.uint8"),
-        (torch.zeros(1, 3, 32, 32, dtype=torch.int64), r"got torch\.int64"),
-    ],
-)
-def test_bad_layout_and_dtype_say_how_to_convert(x, message):
-    model = timm.create_model("iris_pdessm_test")
-    with pytest.raises(ValueError, match=message):
-        model(x)
 
 
 @pytest.mark.parametrize(

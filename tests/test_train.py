@@ -1,10 +1,15 @@
 """train.py end to end on CPU: the embedded default, two processes, kill and resume, fine-tuning, errors."""
 
+import collections
+import contextlib
 import dataclasses
+import hashlib
+import io
 import itertools
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -17,16 +22,18 @@ import numpy as np
 import pytest
 import timm
 import torch
+import yaml
 from safetensors.torch import load_file
 
 import iris_timm
-from iris_timm.training import TrainingError, trainer
+from iris_timm.training import TrainingError, data, trainer
 from iris_timm.training.clock import fit_to_budget
-from iris_timm.training.data import ConvertImage
+from iris_timm.training.data import LOCAL_DATA, ConvertImage
 from iris_timm.training.run_folder import TrainerState
 
 ROOT = Path(__file__).resolve().parents[1]
-CIFAR10 = ROOT.parent / "shared" / "data" / "cifar10"
+CIFAR10 = Path(os.environ[LOCAL_DATA]) / "cifar10"  # the local copies the test suite reads (conftest.py)
+RECIPES = sorted((ROOT / "configs").glob("*.yaml"))
 import train  # noqa: E402  (the repository root is on the path: conftest.py)
 
 SMOKE = ["--config", "configs/smoke.yaml"]
@@ -57,9 +64,80 @@ def test_embedded_default_matches_its_recipe_file():
 
 
 def test_every_recipe_parses():
-    for path in sorted((ROOT / "configs").glob("*.yaml")):
+    import benchmarks.pathfinder_study  # noqa: F401  (registers pathfinder_frame, the study recipe's model)
+
+    for path in RECIPES:
         cfg = train.parse_config(["--config", str(path)])
         assert cfg.model == "iris_pdessm_test" or timm.is_model(cfg.model), path
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda path: path.stem)
+def test_every_recipe_reads_data_a_user_can_get(recipe, tmp_path, monkeypatch):
+    """On a fresh clone (no local copies beside it, the Hub unreachable) a recipe reads the digits that ship with
+    scikit-learn, asks the Hub for its public dataset, or ends in one line that says how to make its data."""
+    monkeypatch.delenv(LOCAL_DATA)
+    monkeypatch.chdir(tmp_path)
+    asked = []
+
+    def unreachable(path, *args, **kwargs):
+        asked.append(path)
+        raise ConnectionError("the Hub is unreachable")
+
+    monkeypatch.setattr(data, "load_dataset", unreachable)
+    cfg = data.local_copy(train.parse_config(["--config", str(recipe)]))
+    if cfg.dataset == "digits":
+        assert sum(map(len, data.load_splits(cfg))) == 1797
+        return
+    with pytest.raises(TrainingError) as refusal:
+        data.load_splits(cfg)
+    message = str(refusal.value)
+    assert "\n" not in message
+    if asked:
+        assert asked == [cfg.dataset] and "the Hub did not provide it (the Hub is unreachable)" in message
+    else:
+        assert message == f"dataset: {cfg.dataset} does not exist. {cfg.data_source}"
+        assert "github.com/drewlinsley/pathfinder" in message
+
+
+@pytest.mark.skipif(not CIFAR10.is_dir(), reason=f"no local copies at {CIFAR10.parent}")
+def test_the_local_copies_stand_in_for_every_recipes_data_but_imagenet(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    for recipe in RECIPES:
+        cfg = train.parse_config(["--config", str(recipe)])
+        copy = data.local_copy(cfg)
+        if cfg.dataset in ("digits", "ILSVRC/imagenet-1k"):
+            assert copy == cfg, recipe.name
+        else:
+            assert Path(copy.dataset) == CIFAR10.parent / Path(cfg.dataset).name, recipe.name
+            assert data.dataset_kind(copy) == "parquet", recipe.name
+
+
+def test_a_dataset_without_a_validation_split_holds_out_a_tenth_of_train_by_class(tmp_path, monkeypatch):
+    """CIFAR-10 on the Hub: train and test splits, images in `img`. The recipes validate on a tenth of train, each
+    class its share and the same rows for every seed; the test split is left alone."""
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+    from datasets import Image as ImageFeature
+    from PIL import Image
+
+    features = Features({"img": ImageFeature(), "label": ClassLabel(num_classes=10), "row": Value("int64")})
+
+    def split(rows: range) -> Dataset:
+        images = [Image.new("RGB", (4, 4), (row % 256, 0, 0)) for row in rows]
+        return Dataset.from_dict({"img": images, "label": [row % 10 for row in rows], "row": list(rows)}, features)
+
+    hub = DatasetDict(train=split(range(200)), test=split(range(1000, 1050)))
+    monkeypatch.setattr(data, "load_dataset", lambda *args, **kwargs: hub)
+    monkeypatch.delenv(LOCAL_DATA)
+    monkeypatch.chdir(tmp_path)
+    held_out = []
+    for seed in (0, 1):
+        train_data, val_data = data.load_splits(
+            train.parse_config(["--config", str(ROOT / "configs" / "cifar10_cpu.yaml"), "--seed", str(seed)])
+        )
+        assert (len(train_data), len(val_data)) == (180, 20)
+        assert collections.Counter(val_data["label"]) == {label: 2 for label in range(10)}
+        held_out.append(sorted(val_data["row"]))
+    assert held_out[0] == held_out[1] and max(held_out[0]) < 200
 
 
 def test_command_line_overrides_the_recipe():
@@ -171,6 +249,11 @@ def test_embedded_default_trains_evaluates_and_exports(tmp_path):
     assert summary["steps"] == 12 and summary["best_top1"] is not None
     assert 0 < summary["train_time_s"] < summary["process_wall_time_s"]  # training alone, then the whole process
     assert "summary: " in result.stdout
+    assert result.stdout.rstrip().endswith(train.next_steps(str(out)))
+    load, printed = re.search(r"load it: +python -c (.*)$", result.stdout, re.M).group(1), io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(shlex.split(load)[0])  # the printed command, as python -c runs it
+    assert printed.getvalue().startswith("IrisPDESSM(")
     for name in ("model.safetensors", "config.json", "README.md", "train_config.yaml", "metrics.jsonl"):
         assert (out / name).is_file(), name
     assert not list(out.glob("*.bin")) and not list(out.glob("*.pth"))
@@ -378,27 +461,23 @@ def test_linear_probe_trains_only_the_classifier(base_run, tmp_path):
 
 
 @pytest.mark.skipif(not CIFAR10.is_dir(), reason=f"no CIFAR-10 copy at {CIFAR10}")
-def test_finetune_on_a_cifar10_parquet_folder(base_run, tmp_path):
-    """The real CIFAR-10 Parquet files, cut to 256 + 128 rows to keep the test short."""
+def test_finetune_on_a_cifar10_parquet_folder(base_run, tmp_path, monkeypatch):
+    """The recipe names the Hub's CIFAR-10 (images in `img`); IRIS_TIMM_DATA names a local copy in train.py's layout
+    (`image`, a val split): the real CIFAR-10 Parquet files, cut to 256 + 128 rows to keep the test short."""
     from datasets import Dataset
 
-    subset = tmp_path / "cifar10"
-    subset.mkdir()
+    subset = tmp_path / "copies" / "cifar10"
+    subset.mkdir(parents=True)
+    monkeypatch.setenv(LOCAL_DATA, str(subset.parent))
     for name, rows in (("train", 256), ("val", 128)):
         Dataset.from_parquet(str(CIFAR10 / f"{name}.parquet")).select(range(rows)).to_parquet(
             subset / f"{name}.parquet"
         )
     tuned = tmp_path / "cifar"
     args = ["--max-steps", "2", "--batch-size", "32", "--num-workers", "0", "--output-dir", str(tuned)]
-    run(
-        "--config",
-        "configs/finetune_cifar10.yaml",
-        "--pretrained",
-        f"local-dir:{base_run}",
-        "--dataset",
-        str(subset),
-        *args,
-    )
+    result = run("--config", "configs/finetune_cifar10.yaml", "--pretrained", f"local-dir:{base_run}", *args)
+    assert f"dataset: uoft-cs/cifar10 read from its local copy {subset}" in result.stdout
+    assert yaml.safe_load((tuned / "train_config.yaml").read_text())["dataset"] == str(subset)
     config = json.loads((tuned / "config.json").read_text())
     assert config["num_classes"] == 10
     assert config["label_names"][:3] == ["airplane", "automobile", "bird"]
@@ -527,10 +606,72 @@ def test_a_finished_run_is_kept_unless_resumed_or_overwritten(base_run, tmp_path
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
 
 
+def folder_digest(folder: Path) -> dict[str, str]:
+    """Every file under ``folder``, by its path there, and the SHA-256 of its bytes."""
+    files = sorted(path for path in folder.rglob("*") if path.is_file())
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
+
+
+def careless_input(case: str, tmp_path: Path, run_folder: Path) -> tuple[list[str], Path]:
+    """The command line of a careless input, and the run folder it names."""
+    if case == "--resume, no run to continue":
+        (tmp_path / "never").mkdir()
+        return ["--output-dir", str(tmp_path / "never"), "--resume"], tmp_path / "never"
+    argv = ["--output-dir", str(run_folder)]
+    if case == "empty folder":
+        (tmp_path / "empty").mkdir()
+        return [*argv, "--dataset", str(tmp_path / "empty")], run_folder
+    if case == "csv file":
+        (tmp_path / "data.csv").write_text("image,label\n")
+        return [*argv, "--dataset", str(tmp_path / "data.csv")], run_folder
+    if case == "images without class folders":
+        return [*argv, "--dataset", str(make_image_folder(tmp_path / "images", 1, 3) / "train" / "class_0")], run_folder
+    steps = {"--resume, fewer steps": "2", "--resume, as many steps": "4"}[case]
+    return [*argv, "--resume", "--max-steps", steps], run_folder
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        (
+            "empty folder",
+            r"dataset: \S+empty is an empty folder\. train\.py reads a Parquet file or folder \(one \.parquet",
+        ),
+        ("csv file", r"dataset: \S+data\.csv is a \.csv file, which train\.py does not read\. It reads a Parquet file"),
+        (
+            "images without class folders",
+            r"holds images but no class subfolders\. An image folder needs one subfolder per",
+        ),
+        (
+            "--resume, no run to continue",
+            r"--resume: \S+never holds no run to continue \(no checkpoint, no train_config",
+        ),
+        (
+            "--resume, fewer steps",
+            r"holds a finished run of 4 steps, which --resume extends only with more steps\. Give",
+        ),
+        (
+            "--resume, as many steps",
+            r"holds a finished run of 4 steps, .* Give a --max-steps above 4 \(or more --epochs\)",
+        ),
+    ],
+)
+def test_careless_input_ends_in_one_line_and_leaves_the_run_folder_as_it_was(base_run, tmp_path, case, message):
+    run_folder = tmp_path / "run"
+    shutil.copytree(base_run, run_folder)
+    argv, folder = careless_input(case, tmp_path, run_folder)
+    before = folder_digest(folder)
+    with pytest.raises(SystemExit, match=message) as refusal:
+        train.main(train.parse_config([*SMOKE, *argv]))
+    assert "\n" not in str(refusal.value)
+    assert folder_digest(folder) == before
+
+
 @pytest.mark.parametrize("mode", [["--multi_gpu"], ["--cpu"]])
 def test_a_multi_process_launch_that_runs_one_process_stops_with_the_command_that_works(tmp_path, mode):
     """`accelerate launch --multi_gpu` without GPUs starts processes that Accelerate runs alone; `--cpu` without
-    `--multi_gpu` starts one process, whatever --num_processes says."""
+    `--multi_gpu` starts one process, whatever --num_processes says. One message says so, once, and the launch ends
+    without the launcher's traceback."""
     env = run_env()
     env.pop("ACCELERATE_USE_CPU", None)
     launch = [sys.executable, "-m", "accelerate.commands.launch", *mode, "--num_processes", "2"]
@@ -545,8 +686,11 @@ def test_a_multi_process_launch_that_runs_one_process_stops_with_the_command_tha
         check=False,
     )
     assert result.returncode != 0
-    assert "launched as one of 2 (WORLD_SIZE or --num_processes), but Accelerate runs it alone" in result.stderr
+    assert (
+        result.stderr.count("launched as one of 2 (WORLD_SIZE or --num_processes), but Accelerate runs it alone") == 1
+    )
     assert "ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N train.py" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert not (tmp_path / "out").exists()
 
 
@@ -561,7 +705,7 @@ def test_non_finite_weights_are_never_written(tmp_path):
     with torch.no_grad():
         model.head.fc.weight[0, 0] = float("inf")
     last = re.escape(str(tmp_path / "checkpoints" / "step_00000002"))
-    with pytest.raises(SystemExit, match=rf"NaN or infinity.*head\.fc\.weight.*Last good checkpoint: {last}"):
+    with pytest.raises(TrainingError, match=rf"NaN or infinity.*head\.fc\.weight.*Last good checkpoint: {last}"):
         trainer.refuse_non_finite_weights(run)
 
 

@@ -1,15 +1,9 @@
-"""PDE-SSM layers: the convection–diffusion–reaction operator, the gated block's spatial filter, and the stand-alone
-(original-compatible) block."""
+"""Layers of the iris backbones: the convection–diffusion–reaction (CDR) operator, the gated block's spatial filter,
+and the stand-alone block compatible with the original one."""
 
-from .cdr import (
-    BOUNDARIES,
-    CUTOFF_DAMPING,
-    ConvectionDiffusionReaction2d,
-    ModesConvectionDiffusionReaction2d,
-    create_cdr,
-)
+from .cdr import BOUNDARIES, CUTOFF_DAMPING, ConvectionDiffusionReaction2d, create_cdr
 from .legacy import PDESSMBlock
-from .pde_ssm import SPATIAL_MIXES, DepthwiseConv, LocalPlusGlobal, create_spatial_filter
+from .spatial_filter import SPATIAL_MIXES, DepthwiseConv, LocalPlusGlobal, create_spatial_filter
 
 __all__ = [
     "BOUNDARIES",
@@ -18,7 +12,6 @@ __all__ = [
     "ConvectionDiffusionReaction2d",
     "DepthwiseConv",
     "LocalPlusGlobal",
-    "ModesConvectionDiffusionReaction2d",
     "PDESSMBlock",
     "create_cdr",
     "create_spatial_filter",

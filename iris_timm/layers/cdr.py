@@ -37,9 +37,9 @@ Implementation
     rotation per mode and channel, and the inverse transforms. Ordinary GEMMs: they run in the autocast dtype with
     float32 accumulation, on tensor cores, on any grid. Cost per pixel and channel about ``4·(modes + 1)``
     multiply-adds on large grids (the two transforms along H; those along W act on the already reduced map); exact
-    up to the cut-off damping. On grids of at most :data:`DENSE_MAX_SIZE` cells a side the same modes apply as one
-    dense matrix per channel and axis. Eager PyTorch caches the transforms per grid and differentiates through a
-    hand-written backward.
+    up to the cut-off damping. Where the kept modes would not reduce the map (grids of at most :data:`DENSE_MAX_SIZE`
+    cells a side, or every mode kept) the same modes apply as one dense matrix per channel and axis. Eager PyTorch
+    caches the transforms per grid and differentiates through a hand-written backward.
 
 Export
     Where the grid's size is a symbol of a recorded graph (``torch.export`` with dynamic shapes, and so
@@ -62,7 +62,6 @@ __all__ = [
     "CUTOFF_DAMPING",
     "DENSE_MAX_SIZE",
     "ConvectionDiffusionReaction2d",
-    "ModesConvectionDiffusionReaction2d",
     "create_cdr",
 ]
 
@@ -317,10 +316,22 @@ def apply_operator(operator: "ConvectionDiffusionReaction2d", x: torch.Tensor) -
 torch.fx.wrap("apply_operator")
 
 
+def _takes_dense_path(
+    size_h: int, size_w: int, coefficients_h: int, coefficients_w: int, max_size: int = DENSE_MAX_SIZE
+) -> bool:
+    """Whether the kept modes would not reduce the map, so that each axis applies as one dense matrix: a grid of at
+    most ``max_size`` cells a side, or as many real coefficients per axis as cells (``modes=0``). (``max_size`` is an
+    argument because TorchScript reads no global.)"""
+    small = size_h <= max_size and size_w <= max_size
+    return small or (coefficients_h >= size_h and coefficients_w >= size_w)
+
+
+@register_notrace_module  # the grid size drives the transforms: a leaf for timm's tracer
 class ConvectionDiffusionReaction2d(nn.Module):
-    """Learnable convection–diffusion–reaction operator on a channels-last feature map ``(B, H, W, C)``: its
-    coefficients and its symbol. :class:`ModesConvectionDiffusionReaction2d` applies it (:meth:`apply_nhwc`);
-    :func:`create_cdr` builds one. See the module docstring for the operator, its boundary and its cut-off.
+    """The CDR operator, learnable, on a channels-last feature map ``(B, H, W, C)``, on the kept modes: transforms on
+    large grids, one dense matrix per channel and axis where the modes would not reduce the map; both with a
+    hand-written backward. :func:`create_cdr` builds one. See the module docstring for the operator, its
+    boundary and its cut-off.
 
     Args:
         channels: number of channels; the operator does not mix them.
@@ -442,8 +453,34 @@ class ConvectionDiffusionReaction2d(nn.Module):
         return analysis, synthesis, cos, sin
 
     def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
-        """The operator on ``(B, H, W, C)``: the subclass's."""
-        raise NotImplementedError
+        """The operator on ``(B, H, W, C)``. Where the kept modes would not reduce the map (:func:`_takes_dense_path`),
+        each axis applies as one dense ``(size, size)`` matrix per channel, built from the same modes and symbol
+        (:func:`_apply_axis_matrices`; in inference, as the depthwise convolution those matrices are,
+        :func:`_apply_axis_convolutions`); elsewhere, the transforms (:func:`_apply_modes`). All compute the same
+        operator."""
+        H, W = x.shape[1], x.shape[2]
+        coefficients = self.coefficients()
+        h = self.axis_operator(H, W, 0, x.device, coefficients)
+        w = self.axis_operator(W, H, 1, x.device, coefficients)
+        if torch.jit.is_scripting():  # TorchScript compiles no autograd function: it differentiates the forward
+            if _takes_dense_path(H, W, h[0].shape[0], w[0].shape[0]):
+                return _apply_axis_matrices(
+                    x, _axis_matrix(h[0], h[1], h[2], h[3]), _axis_matrix(w[0], w[1], w[2], w[3])
+                )[0]
+            h, w = _rotation(h[0], h[1], h[2], h[3]), _rotation(w[0], w[1], w[2], w[3])
+            return _apply_modes(x, h[0], h[1], h[2], h[3], w[0], w[1], w[2], w[3])[0]
+        dtype = _compute_dtype(x)
+        x = x.to(dtype)
+        if not isinstance(H, int):  # a graph for every size (see axis_operator): one path, its forward differentiated
+            return _apply_modes(x, *(t.to(dtype) for t in (*_rotation(*h), *_rotation(*w))))[0]
+        dense = _takes_dense_path(H, W, h[0].shape[0], w[0].shape[0])
+        factors = (_axis_matrix(*h), _axis_matrix(*w)) if dense else (*_rotation(*h), *_rotation(*w))
+        factors = tuple(t.to(dtype) for t in factors)
+        if not torch.is_grad_enabled():  # inference keeps nothing for backward
+            return _apply_axis_convolutions(x, *factors) if dense else _apply_modes(x, *factors)[0]
+        if torch.compiler.is_compiling():  # torch.compile differentiates the plain forward
+            return (_apply_axis_matrices if dense else _apply_modes)(x, *factors)[0]
+        return (_AxisMatrices if dense else _Modes).apply(x, *factors)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, H, W, C)
         # torch.fx records apply_operator as one call: the grid size, which drives it, is not known when tracing.
@@ -456,47 +493,6 @@ class ConvectionDiffusionReaction2d(nn.Module):
         return f"{self.channels}, num_heads={self.num_heads}, boundary={self.boundary!r}, modes={self.modes}"
 
 
-@register_notrace_module  # the grid size drives the transforms: a leaf for timm's tracer
-class ModesConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
-    """The operator on the kept modes: transforms on large grids, dense axis matrices
-    on grids of at most :data:`DENSE_MAX_SIZE` cells a side; both with a hand-written backward."""
-
-    def __init__(self, channels: int, **kwargs):
-        super().__init__(channels, **kwargs)
-        self.dense_max_size = DENSE_MAX_SIZE
-
-    def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
-        """The operator on ``(B, H, W, C)``. On a grid whose sides are all at most :data:`DENSE_MAX_SIZE`, the kept
-        modes would not reduce the map, so each axis applies as one dense ``(size, size)`` matrix per channel, built
-        from the same modes and symbol (:func:`_apply_axis_matrices`; in inference, as the depthwise convolution
-        those matrices are, :func:`_apply_axis_convolutions`); on larger grids, the transforms (:func:`_apply_modes`).
-        All compute the same operator."""
-        H, W = x.shape[1], x.shape[2]
-        coefficients = self.coefficients()
-        h = self.axis_operator(H, W, 0, x.device, coefficients)
-        w = self.axis_operator(W, H, 1, x.device, coefficients)
-        if torch.jit.is_scripting():  # TorchScript compiles no autograd function: it differentiates the forward
-            if H <= self.dense_max_size and W <= self.dense_max_size:
-                return _apply_axis_matrices(
-                    x, _axis_matrix(h[0], h[1], h[2], h[3]), _axis_matrix(w[0], w[1], w[2], w[3])
-                )[0]
-            h, w = _rotation(h[0], h[1], h[2], h[3]), _rotation(w[0], w[1], w[2], w[3])
-            return _apply_modes(x, h[0], h[1], h[2], h[3], w[0], w[1], w[2], w[3])[0]
-        dtype = _compute_dtype(x)
-        x = x.to(dtype)
-        if not isinstance(H, int):  # a graph for every size (see axis_operator): one path, its forward differentiated
-            return _apply_modes(x, *(t.to(dtype) for t in (*_rotation(*h), *_rotation(*w))))[0]
-        # Dense where the kept modes would not reduce the map: a small grid, or as many coefficients as cells.
-        dense = (H <= self.dense_max_size and W <= self.dense_max_size) or (h[0].shape[0] >= H and w[0].shape[0] >= W)
-        factors = (_axis_matrix(*h), _axis_matrix(*w)) if dense else (*_rotation(*h), *_rotation(*w))
-        factors = tuple(t.to(dtype) for t in factors)
-        if not torch.is_grad_enabled():  # inference keeps nothing for backward
-            return _apply_axis_convolutions(x, *factors) if dense else _apply_modes(x, *factors)[0]
-        if torch.compiler.is_compiling():  # torch.compile differentiates the plain forward
-            return (_apply_axis_matrices if dense else _apply_modes)(x, *factors)[0]
-        return (_AxisMatrices if dense else _Modes).apply(x, *factors)
-
-
 def create_cdr(channels: int, **kwargs) -> ConvectionDiffusionReaction2d:
     """The CDR operator; arguments as :class:`ConvectionDiffusionReaction2d`'s."""
-    return ModesConvectionDiffusionReaction2d(channels, **kwargs)
+    return ConvectionDiffusionReaction2d(channels, **kwargs)

@@ -1,9 +1,9 @@
-"""The stand-alone PDE-SSM block, compatible with the original block.
+"""``PDESSMBlock``: a stand-alone block compatible with the original ``PDESSMBlock(dim, spatial_size)``.
 
-"Original" means the first PDE-SSM block this project grew from: a ``PDESSMBlock(dim, spatial_size)`` on token
-sequences, with an FNO-style spectral convolution and a global token differential. This module keeps a drop-in
-replacement for it: the same constructor and call, and it loads the original's state dicts. Everything here
-serves that block only; the backbones in :mod:`iris_timm.models` do not use it.
+The original block works on token sequences, with an FNO-style spectral convolution and a global token
+differential. This module holds a drop-in replacement for it: the same constructor and call, and it loads the
+original's state dicts. Everything here serves that block only; the backbones in :mod:`iris_timm.models` do not use
+it.
 
 All modules take and return channels-last maps ``(B, H, W, C)``.
 """
@@ -35,7 +35,7 @@ class SpectralConv2d(nn.Module):
     Its "modes" are counts of integer frequencies, as in the original: ``modes_h`` keeps the row frequencies
     ``-modes_h .. modes_h - 1`` and ``modes_w`` the column frequencies ``0 .. modes_w - 1`` (the real FFT stores only
     non-negative column frequencies), whatever the grid; a grid too small to hold them uses those it has, each
-    once (the original wrote frequency ``-f`` over ``+f`` on grids of fewer than ``2 * modes_h`` rows). Weights are
+    once. Weights are
     real tensors with a trailing ``(real, imag)`` dimension, as the original's. The FFT runs in float32 with
     autocast off: half-precision FFTs lose accuracy, and cuFFT refuses them on non-power-of-two sizes.
     """
@@ -95,7 +95,7 @@ class TokenDifferential(nn.Module):
 
     With ``kernel_size`` (default 3) the mean is over the ``k x k`` neighbourhood (borders average what they
     have), so ``x - mean(x)`` keeps edges a global mixer would blur; ``kernel_size=None`` subtracts the mean of
-    the whole map, as the original block did.
+    the whole map, as the original block does.
     """
 
     def __init__(self, channels: int, kernel_size: int | None = 3, device=None, dtype=None):
@@ -174,20 +174,19 @@ def _load_original_keys(module, state_dict, prefix, *args) -> None:
 
 
 class PDESSMBlock(nn.Module):
-    """Pre-norm residual PDE-SSM block on token sequences: ``x + mixer(norm(x))``.
+    """Pre-norm residual block on token sequences: ``x + mixer(norm(x))``.
 
     A drop-in replacement for the original block, with the same constructor and call
     (``PDESSMBlock(dim, spatial_size)(x, H, W)`` on ``(B, N, D)``); it also loads the original block's state dicts.
-    What changed: the default operator is the convection–diffusion–reaction operator the original docstring
-    promised, with an open boundary; it runs on any ``H, W >= 1``; the token differential is local.
-    ``operator='spectral', token_diff='global'`` gives the original computation (dense ``dim x dim`` weights on
-    ``max(2, spatial_size // 2)`` modes), fixed for small grids.
+    By default the operator is the CDR operator, with an open boundary, and the token differential is local; any
+    ``H, W >= 1`` runs. ``operator='spectral', token_diff='global'`` computes the original block's function (dense
+    ``dim x dim`` weights on ``max(2, spatial_size // 2)`` modes, each mode used once on small grids).
 
     Args:
         dim: channels ``D``.
         spatial_size: only sets the mode count of the ``'spectral'`` operator; any grid runs.
         operator: ``'pde'`` or ``'spectral'``.
-        num_heads: heads of PDE coefficients (``None``: one per channel).
+        num_heads: heads of the CDR operator's coefficients (``None``: one per channel).
         token_diff: ``'local'`` (3x3 mean), ``'global'`` (the original) or ``'none'``.
     """
 

@@ -1,10 +1,10 @@
 """IRIS PDE-SSM backbones.
 
 A hierarchical 4-stage backbone (stride 4/8/16/32) whose blocks pair a learned local filter with a global one:
-a learnable convection–diffusion–reaction operator (:mod:`iris_timm.layers.cdr`, linear in the number of tokens,
-open image edges, any resolution). Each block is gated (MambaOut's design): one norm, one expanding linear split
-into gate, identity and spatial channels, a depthwise conv plus the PDE operator on the spatial channels, and one
-projecting linear. ``spatial_mix`` keeps one of the two filters for ablations. Features stay channels-last
+a learnable convection–diffusion–reaction (CDR) operator (:mod:`iris_timm.layers.cdr`, linear in the number of
+tokens, open image edges, any resolution). Each block is gated (MambaOut's design): one norm, one expanding linear
+split into gate, identity and spatial channels, a depthwise conv plus the CDR operator on the spatial channels, and
+one projecting linear. ``spatial_mix`` keeps one of the two filters for ablations. Features stay channels-last
 ``(B, H, W, C)`` inside the network; ``forward_intermediates`` returns NCHW by default, like timm's other
 channels-last models.
 
@@ -15,6 +15,7 @@ carry no ``hf_hub_id`` and ``pretrained=True`` raises timm's "No pretrained weig
 does for any model without weights.
 """
 
+import warnings
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -47,9 +48,7 @@ from ..weights import check_weights, keys_timm_adapts
 __all__ = ["GatedBlock", "IrisPDESSM"]
 
 
-@register_notrace_function
-def check_input(x: torch.Tensor, in_chans: int, min_size: int) -> None:
-    """Reject inputs the network cannot run, naming the shape it expects."""
+def _check_shape(x: torch.Tensor, in_chans: int, min_size: int) -> None:
     expected = f"(B, {in_chans}, H, W) with H, W >= {min_size}"
     if x.ndim != 4:
         raise ValueError(f"Expected an image batch of shape {expected}, got a {x.ndim}-D tensor {list(x.shape)}.")
@@ -70,16 +69,51 @@ def check_input(x: torch.Tensor, in_chans: int, min_size: int) -> None:
         )
 
 
+@torch.jit.unused  # TorchScript compiles a stub: a scripted model is never traced
+def _check_shape_while_tracing(x: torch.Tensor, in_chans: int, min_size: int) -> None:
+    """:func:`_check_shape` on the example input of ``torch.jit.trace`` (the TorchScript-based ONNX exporter), whose
+    sizes are tensors. The checks add nothing to the graph, so the graph does not depend on them: the tracer's
+    warning that their Python booleans might not generalise to other inputs is silenced, and only it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        _check_shape(x, in_chans, min_size)
+
+
+@register_notrace_function
+def check_input(x: torch.Tensor, in_chans: int, min_size: int) -> None:
+    """Reject inputs the network cannot run, naming the shape it expects."""
+    if torch.jit.is_tracing():
+        _check_shape_while_tracing(x, in_chans, min_size)
+    else:
+        _check_shape(x, in_chans, min_size)
+
+
+def _autocast_enabled(x: torch.Tensor) -> bool:
+    """Whether autocast is on for ``x``'s device (never for a device without autocast, such as meta). TorchScript
+    cannot read it per device: a scripted model assumes it is on, and lets the convolutions judge."""
+    if torch.jit.is_scripting():
+        return True
+    device = x.device.type
+    return torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
+
+
 @register_notrace_function
 def check_dtype(x: torch.Tensor, weight: torch.Tensor) -> None:
-    """Reject integer images, and float64 images for a model of lower precision, saying how to convert them.
-    (Float32/16 and bfloat16 inputs pass: under autocast the convolutions cast them.)"""
-    if not x.is_floating_point() or (x.dtype == torch.float64 and weight.dtype != torch.float64):
-        raise ValueError(
-            f"Expected floating-point images in the model's dtype {weight.dtype}, got {x.dtype}. Convert them first: "
-            f"x.to({weight.dtype}); uint8 images also need scaling to [0, 1] and normalising (timm's transforms do "
-            "both)."
-        )
+    """Reject images the model would not take as they are, saying how to convert them: integer images, and
+    floating-point images in another dtype than the weights' outside autocast (autocast casts float32, float16 and
+    bfloat16 images itself, never float64)."""
+    if not x.is_floating_point():
+        advice = " uint8 images also need scaling to [0, 1] and normalising (timm's transforms do both)."
+    elif x.dtype == weight.dtype or (x.dtype != torch.float64 and _autocast_enabled(x)):
+        return
+    elif x.dtype == torch.float64:
+        advice = ""
+    else:
+        advice = " Or run the model under torch.autocast, which casts them itself."
+    raise ValueError(
+        f"Expected floating-point images in the model's dtype {weight.dtype}, got {x.dtype}. Convert them first: "
+        f"x.to({weight.dtype}).{advice}"
+    )
 
 
 # Plain torch.fx (torchvision's create_feature_extractor, symbolic_trace) leaves the checks as calls too; timm's
@@ -277,8 +311,9 @@ class IrisPDESSM(nn.Module):
         kernel_size: the depthwise conv's kernel size.
         spatial_mix: what each block's spatial filter holds: ``'both'`` (``dwconv(x) + CDR(x)``, the design), or the
             ablations ``'local'`` (``dwconv(x)``: MambaOut's block) and ``'global'`` (``CDR(x)``).
-        pde_heads: channels share PDE coefficients in this many heads per block; ``None``: one set per channel.
-        pde_modes: the PDE operator's content-frequency cut-off (see :mod:`iris_timm.layers.cdr`); ``0`` keeps
+        pde_heads: channels share the CDR operator's coefficients in this many heads per block; ``None``: one set
+            per channel.
+        pde_modes: the CDR operator's content-frequency cut-off (see :mod:`iris_timm.layers.cdr`); ``0`` keeps
             every mode with no resolution floor.
         pde_gain_init: initial value of a learned per-channel gain on the operator's path (``'both'`` only);
             ``None``: no gain. At ``0.0`` each block starts as its local-only ablation.
@@ -367,7 +402,7 @@ class IrisPDESSM(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
-        """The PDE coefficients define an operator, not feature detectors: not decayed."""
+        """The CDR operator's coefficients define an operator, not feature detectors: not decayed."""
         return {
             f"{module_name}.{param_name}"
             for module_name, module in self.named_modules()

@@ -10,7 +10,7 @@ import timm
 import torch
 
 from .clock import PACE_STEPS
-from .data import LOADERS
+from .data import LOADERS, dataset_kind
 from .errors import TrainingError
 from .recipes import parse_recipe
 from .run_folder import TRAINER_STATE
@@ -33,9 +33,10 @@ class Config:
     num_threads: int | None = None  # torch's CPU threads per process; None: torch's default (OMP_NUM_THREADS)
     # data
     dataset: str = "digits"  # "digits" (ships with scikit-learn), a Hub name, Parquet file/folder or image folder
+    data_source: str | None = None  # where the data come from, said when the dataset is missing (data not public)
     dataset_config: str | None = None
     train_split: str = "train"
-    val_split: str | None = None  # None: "validation", "val", "valid" or "test", else val_fraction of train
+    val_split: str | None = None  # None: "validation", "val" or "valid", else val_fraction of train, held out by class
     val_fraction: float = 0.1
     image_column: str = "image"
     label_column: str = "label"
@@ -95,6 +96,7 @@ def parse_config(argv: list[str] | None = None, description: str | None = None) 
 
 def validate(cfg: Config) -> None:
     """Fail before any training on values that cannot work, saying what to fix."""
+    dataset_kind(cfg)  # a missing dataset first: its message says where the recipe's data come from
     if not timm.is_model(cfg.model):
         close = difflib.get_close_matches(cfg.model, timm.list_models(), n=3)
         raise TrainingError(f"timm does not know the model {cfg.model!r}. Close names: {close or 'none'}.")
@@ -134,4 +136,4 @@ def validate(cfg: Config) -> None:
 # one training step computes. (Lengthening a run re-plans its LR schedule from the step reached.)
 RESUMABLE_CHANGES = {"resume", "overwrite", "output_dir", "max_steps", "epochs", "log_every", "log_with", "loader"}
 RESUMABLE_CHANGES |= {"eval_every", "eval_every_s", "checkpoint_every", "keep_checkpoints", "max_bad_steps"}
-RESUMABLE_CHANGES |= {"num_workers"}
+RESUMABLE_CHANGES |= {"num_workers", "data_source"}

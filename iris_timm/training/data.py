@@ -1,7 +1,9 @@
 """Datasets for train.py: the splits of a recipe's dataset, checked, and the loaders that feed them to a model.
 
 A dataset is scikit-learn's digits (``"digits"``, no download), a Parquet file or folder (one file per split), an
-image folder (``root/<class>/*`` or ``root/<split>/<class>/*``) or a Hub dataset. Two loaders read it:
+image folder (``root/<class>/*`` or ``root/<split>/<class>/*``) or a Hub dataset. A recipe's dataset that is not a
+local path is read from a local copy where the folder ``$IRIS_TIMM_DATA`` holds one (:func:`local_copy`). Two loaders
+read it:
 
 - ``"pil"``: timm's per-image transforms (RandAugment, random erasing, any image size), seeded per sample;
 - ``"memory"``: the split decoded once into a uint8 tensor (cached), augmented a whole batch at a time on the training
@@ -11,7 +13,9 @@ Both draw each sample's augmentation from ``(seed, epoch, index)`` alone, so a r
 another worker augments sample ``i`` of epoch ``e`` the same way. ``cfg`` below is train.py's ``Config``.
 """
 
+import dataclasses
 import math
+import os
 import random
 import statistics
 from pathlib import Path
@@ -22,6 +26,7 @@ import PIL
 import torch
 from datasets import ClassLabel, Dataset, DatasetDict, load_dataset
 from datasets import Image as ImageFeature
+from datasets.packaged_modules.imagefolder.imagefolder import ImageFolder
 from PIL import Image
 from timm.data import create_transform, resolve_data_config
 from torch.utils.data import DataLoader
@@ -30,10 +35,29 @@ from torchvision.transforms import Compose
 from .errors import TrainingError
 from .memory_data import BatchAugment, ImageTensorDataset, UnreadableImage, decode_images
 
-__all__ = ["LOADERS", "Batches", "UnreadableImage", "classes", "load_splits", "make_loaders", "preprocessing"]
+__all__ = [
+    "LOADERS",
+    "LOCAL_DATA",
+    "Batches",
+    "UnreadableImage",
+    "classes",
+    "dataset_kind",
+    "load_splits",
+    "local_copy",
+    "make_loaders",
+    "preprocessing",
+]
 
 LOADERS = ("auto", "memory", "pil")
 MEMORY_LIMIT_BYTES = 4 * 2**30  # "auto" decodes a split into memory when its uint8 tensor is at most this large
+LOCAL_DATA = "IRIS_TIMM_DATA"  # the environment variable naming a folder of local copies of the recipes' datasets
+KINDS = (
+    "a Parquet file or folder (one .parquet file per split), an image folder (one subfolder of images per class), "
+    "a Hub dataset id or digits"
+)
+VAL_SPLITS = ("validation", "val", "valid")  # a test split is never chosen to pick the best weights
+IMAGE_EXTENSIONS = {extension.lower() for extension in ImageFolder.EXTENSIONS}  # what datasets' imagefolder reads
+HOLD_OUT_SEED = 0  # the validation rows held out of a training split are the same whatever the run's seed
 
 
 # ----------------------------------------------------------------------------- splits
@@ -47,7 +71,48 @@ def digits_dataset() -> DatasetDict:
     images = [Image.fromarray((d * (255 / 16)).astype(np.uint8)) for d in digits.images]
     ds = Dataset.from_dict({"image": images, "label": digits.target.tolist()})
     ds = ds.cast_column("label", ClassLabel(names=[str(i) for i in range(10)]))
-    return ds.train_test_split(test_size=0.1, seed=0, stratify_by_column="label")
+    split = ds.train_test_split(test_size=0.1, seed=0, stratify_by_column="label")
+    return DatasetDict(train=split["train"], validation=split["test"])
+
+
+def local_copy(cfg):
+    """``cfg``, its dataset read from a local copy where there is one: a dataset that is no local path (a Hub id, or a
+    recipe's data folder that is missing) is read from ``$IRIS_TIMM_DATA/<its last part>`` when that folder exists
+    (``uoft-cs/cifar10``: ``$IRIS_TIMM_DATA/cifar10``). The run then records the copy it read."""
+    root = os.environ.get(LOCAL_DATA)
+    if not root or cfg.dataset == "digits" or Path(cfg.dataset).exists():
+        return cfg
+    copy = Path(root) / Path(cfg.dataset).name
+    if not copy.exists():
+        return cfg
+    print(f"dataset: {cfg.dataset} read from its local copy {copy} ({LOCAL_DATA}).")
+    return dataclasses.replace(cfg, dataset=str(copy))
+
+
+def dataset_kind(cfg) -> str:
+    """How ``cfg.dataset`` is read: ``"digits"``, ``"parquet"`` (a file, or a folder of one file per split),
+    ``"images"`` (an image folder) or ``"hub"``. A local path that is missing, or holds nothing train.py reads, is
+    refused, saying what train.py reads, or where the data come from when the recipe says (``data_source``)."""
+    source = Path(cfg.dataset)
+    if cfg.dataset == "digits":
+        return "digits"
+    if source.is_file():
+        if source.suffix == ".parquet":
+            return "parquet"
+        kind = f"a {source.suffix} file" if source.suffix else "a file"
+        raise TrainingError(f"dataset: {source} is {kind}, which train.py does not read. It reads {KINDS}.")
+    if source.is_dir():
+        if any(source.glob("*.parquet")):
+            return "parquet"
+        if any(p.suffix.lower() in IMAGE_EXTENSIONS for p in source.rglob("*")):
+            return "images"
+        empty = not any(p.is_file() for p in source.rglob("*"))
+        kind = "an empty folder" if empty else "a folder without Parquet files or images"
+        raise TrainingError(f"dataset: {source} is {kind}. train.py reads {KINDS}.")
+    if cfg.dataset.startswith((".", "/", "~")) or source.suffix or cfg.dataset.count("/") != 1:  # no Hub id
+        advice = cfg.data_source or "Give a Parquet file or folder, an image folder or a Hub id."
+        raise TrainingError(f"dataset: {cfg.dataset} does not exist. {advice}")
+    return "hub"
 
 
 def _from_hub(cfg) -> DatasetDict:
@@ -57,50 +122,72 @@ def _from_hub(cfg) -> DatasetDict:
     try:
         return load_dataset(cfg.dataset, cfg.dataset_config, streaming=cfg.streaming)
     except Exception as error:  # datasets raises many types; all mean the same to the user
+        advice = cfg.data_source or "Check the path (relative to where you run train.py) or the Hub id."
         raise TrainingError(
-            f"dataset: {cfg.dataset} is no local file or folder, and the Hub did not provide it ({error}). "
-            "Check the path (relative to where you run train.py) or the Hub id."
+            f"dataset: {cfg.dataset} is no local file or folder, and the Hub did not provide it "
+            f"({' '.join(str(error).split())}). {advice}"
         ) from None
 
 
-def load_splits(cfg) -> tuple[Any, Any]:
-    """The (train, validation) splits of the embedded digits, a local path or the Hub, their columns checked."""
-    source = Path(cfg.dataset)
-    if cfg.dataset == "digits":
-        splits = digits_dataset()
-    elif source.is_file() and source.suffix == ".parquet":
-        splits = load_dataset("parquet", data_files={cfg.train_split: str(source)})
-    elif source.is_dir() and list(source.glob("*.parquet")):  # one file per split, named by its stem
-        splits = load_dataset("parquet", data_files={p.stem: str(p) for p in sorted(source.glob("*.parquet"))})
-    elif source.is_dir():
-        check_class_folders(source)
-        splits = load_dataset("imagefolder", data_dir=str(source))
-    elif cfg.dataset.startswith((".", "/", "~")) or source.suffix or cfg.dataset.count("/") != 1:
+def _image_folder(cfg, root: Path) -> DatasetDict:
+    """An image folder, its classes named by its subfolders."""
+    check_class_folders(root)
+    splits = load_dataset("imagefolder", data_dir=str(root))
+    columns = next(iter(splits.values())).column_names
+    if cfg.label_column not in columns and "label" not in columns:  # datasets found no class subfolders
         raise TrainingError(
-            f"dataset: {cfg.dataset} does not exist. Give a Parquet file or folder, an image folder or a Hub id."
+            f"dataset: {root} holds images but no class subfolders. An image folder needs one subfolder per class: "
+            f"{root}/<class>/*.png, or {root}/train/<class>/*.png and {root}/validation/<class>/*.png."
         )
+    return splits
+
+
+def load_splits(cfg) -> tuple[Any, Any]:
+    """The (train, validation) splits of the embedded digits, a local path or the Hub, their columns checked. The
+    validation split is ``val_split``, else the dataset's own (:data:`VAL_SPLITS`), else held out of the training
+    split (:func:`hold_out`)."""
+    kind, source = dataset_kind(cfg), Path(cfg.dataset)
+    if kind == "digits":
+        splits = digits_dataset()
+    elif kind == "parquet" and source.is_file():
+        splits = load_dataset("parquet", data_files={cfg.train_split: str(source)})
+    elif kind == "parquet":  # one file per split, named by its stem
+        splits = load_dataset("parquet", data_files={p.stem: str(p) for p in sorted(source.glob("*.parquet"))})
+    elif kind == "images":
+        splits = _image_folder(cfg, source)
     else:
         splits = _from_hub(cfg)
 
     if cfg.train_split not in splits:
         raise TrainingError(f"dataset has no split {cfg.train_split!r}; it has {list(splits)}. Set train_split.")
+    splits = {name: recipe_image_column(cfg, split) for name, split in splits.items()}
     for split in splits.values():
         check_columns(cfg, split)
     if not cfg.streaming:
         splits = {name: decoded_images(split, cfg.image_column) for name, split in splits.items()}
-    val_name = cfg.val_split or next((s for s in ("validation", "val", "valid", "test") if s in splits), None)
+    val_name = cfg.val_split or next((s for s in VAL_SPLITS if s in splits), None)
     if val_name is None and not cfg.streaming:
-        train = splits[cfg.train_split]
-        if math.ceil(len(train) * cfg.val_fraction) >= len(train):  # as datasets' train_test_split counts
-            raise TrainingError(
-                f"The dataset has {len(train)} image(s) and no validation split: too few to hold out val_fraction "
-                f"{cfg.val_fraction}. Add images, or give a validation split (val_split)."
-            )
-        held_out = train.train_test_split(test_size=cfg.val_fraction, seed=cfg.seed)
-        return held_out["train"], held_out["test"]
+        return hold_out(cfg, splits[cfg.train_split])
     if val_name not in splits:
         raise TrainingError(f"dataset has no split {val_name!r}; it has {list(splits)}. Set val_split.")
     return splits[cfg.train_split], splits[val_name]
+
+
+def hold_out(cfg, train) -> tuple[Any, Any]:
+    """``val_fraction`` of the training split held out for validation: the same rows for every seed, and each class
+    its share where the labels are a ClassLabel with two images or more a class (CIFAR-10's 50,000 training images:
+    45,000 and 5,000, 500 of each class)."""
+    if math.ceil(len(train) * cfg.val_fraction) >= len(train):  # as datasets' train_test_split counts
+        raise TrainingError(
+            f"The dataset has {len(train)} image(s) and no validation split: too few to hold out val_fraction "
+            f"{cfg.val_fraction}. Add images, or give a validation split (val_split)."
+        )
+    by_class = cfg.label_column if isinstance(train.features.get(cfg.label_column), ClassLabel) else None
+    try:
+        held_out = train.train_test_split(test_size=cfg.val_fraction, seed=HOLD_OUT_SEED, stratify_by_column=by_class)
+    except ValueError:  # a class too small to share out between the two
+        held_out = train.train_test_split(test_size=cfg.val_fraction, seed=HOLD_OUT_SEED)
+    return held_out["train"], held_out["test"]
 
 
 def check_class_folders(root: Path) -> None:
@@ -113,6 +200,16 @@ def check_class_folders(root: Path) -> None:
             f"Class folder(s) without images: {', '.join(empty)}. Add images, or remove the folder(s) so the class "
             "list is what you mean."
         )
+
+
+def recipe_image_column(cfg, dataset):
+    """The dataset with its images under the recipe's ``image_column``: a dataset in train.py's own layout (an
+    ``image`` column, as the local copies have) is read whatever the recipe names, so a recipe written for a Hub
+    dataset's column (CIFAR-10's ``img``) reads a local copy as well."""
+    columns = dataset.column_names
+    if columns is not None and cfg.image_column not in columns and "image" in columns:
+        return dataset.rename_column("image", cfg.image_column)
+    return dataset
 
 
 def check_columns(cfg, dataset) -> None:

@@ -1,7 +1,7 @@
 """The one error type of the training support: what a user can fix (a recipe value, a dataset, a run folder), with a
 message that says what is wrong and what to do. ``train.py`` prints it as one line and exits non-zero."""
 
-__all__ = ["Interrupted", "TrainingError"]
+__all__ = ["Interrupted", "TrainingError", "WrongLaunch"]
 
 
 class TrainingError(Exception):
@@ -15,3 +15,8 @@ class Interrupted(TrainingError):
     """Training was stopped (Ctrl-C) after its last checkpoint; the message says how to continue."""
 
     exit_code = 130
+
+
+class WrongLaunch(TrainingError):
+    """The launch started processes that cannot train together (several, each run alone). Every process of the launch
+    raises it; one per machine shows it and ends the launch (:mod:`.launch`)."""

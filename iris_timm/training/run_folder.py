@@ -216,12 +216,11 @@ def last_checkpoint(folder: Path) -> str:
 
 
 def _lock(folder: Path) -> FileLock:
-    """An exclusive OS lock on ``folder/.lock`` holding this process's PID (the OS drops it when the process dies);
-    a folder another run holds is refused, naming its PID."""
+    """An exclusive OS lock on ``folder/.lock`` (the OS drops it when the process dies); a folder another run holds
+    is refused, naming the PID that run wrote in the file."""
     lock = FileLock(folder / LOCK, blocking=False)
     try:
         lock.acquire()
-        (folder / LOCK).write_text(str(os.getpid()))  # another descriptor: the lock stays this process's
     except Timeout:
         holder = (folder / LOCK).read_text().strip() or "unknown"
         raise TrainingError(
@@ -244,11 +243,25 @@ def _check_same_recipe(folder: Path, config: dict[str, Any], resumable: set[str]
 
 
 def take_run_folder(
-    folder: Path, config: dict[str, Any], resume: bool, overwrite: bool, resumable: set[str]
+    folder: Path,
+    config: dict[str, Any],
+    resume: bool,
+    overwrite: bool,
+    resumable: set[str],
+    steps_left: int | None = None,
 ) -> FileLock:
-    """Lock ``folder`` for this run, check it holds no other run (unless resuming the same recipe, or ``overwrite``
-    clears it) and write the run's ``config``. A folder whose run ended before its first checkpoint holds nothing
-    to lose: a new run starts it again. Returns the lock, to hold for the run's life."""
+    """Lock ``folder`` for this run, check that the run may use it, and write the run's ``config`` and PID. A folder
+    that holds another run is refused unless this run resumes it with the same recipe, or ``overwrite`` clears it. A
+    resumed run needs a run to continue: a checkpoint (``steps_left``: the updates left to train from it), or the
+    config of a run that ended before its first checkpoint, which holds nothing to lose and starts again. A finished
+    run is resumed only to train longer. Nothing is written before every check has passed. Returns the lock, to hold
+    for the run's life."""
+    continues = resume and not overwrite
+    if continues and steps_left is None and not (folder / TRAIN_CONFIG).is_file():
+        raise TrainingError(
+            f"--resume: {folder} holds no run to continue (no checkpoint, no {TRAIN_CONFIG}). Start the run without "
+            "--resume, or give the --output-dir of the run to continue."
+        )
     folder.mkdir(parents=True, exist_ok=True)
     lock = _lock(folder)
     existing = sorted(name for name in RUN_FILES if (folder / name).exists())
@@ -265,6 +278,14 @@ def take_run_folder(
         )
     elif resume and (folder / TRAIN_CONFIG).is_file():
         _check_same_recipe(folder, config, resumable)
+    finished = read_summary(folder) if continues and steps_left is not None and steps_left <= 0 else None
+    if finished is not None:
+        raise TrainingError(
+            f"--resume: {folder} holds a finished run of {finished.steps} steps, which --resume extends only with more "
+            f"steps. Give a --max-steps above {finished.steps} (or more --epochs), or start afresh with --overwrite or "
+            "another --output-dir."
+        )
+    (folder / LOCK).write_text(str(os.getpid()))  # another descriptor: the lock stays this process's
     if not resume:
         truncate_metrics(folder, -1)  # the records of a run that ended before its first checkpoint
     write_train_config(folder, config)

@@ -19,7 +19,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import timm
 import torch
 from accelerate import Accelerator
@@ -37,8 +36,9 @@ from ..hub import from_pretrained, save_pretrained
 from ..weights import check_weights, check_weights_file, safetensors_header
 from .clock import PACE_STEPS, TrainingClock
 from .config import RESUMABLE_CHANGES, Config, validate
-from .data import UnreadableImage, classes, load_splits, make_loaders, preprocessing
-from .errors import Interrupted, TrainingError
+from .data import UnreadableImage, classes, load_splits, local_copy, make_loaders, preprocessing
+from .errors import Interrupted, TrainingError, WrongLaunch
+from .launch import requested_processes
 from .run_folder import (
     CHECKPOINTS,
     EMA_WEIGHTS,
@@ -118,10 +118,19 @@ def model_and_optimizer(cfg: Config, model: torch.nn.Module) -> tuple[torch.nn.M
         model.set_grad_checkpointing(True)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
+        model.register_state_dict_post_hook(contiguous_state)
     optimizer = create_optimizer_v2(
         model, opt=cfg.opt, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum, layer_decay=cfg.layer_decay
     )
     return model, optimizer
+
+
+def contiguous_state(module: torch.nn.Module, state: dict, prefix: str, local_metadata: dict) -> None:
+    """A state dict hook: channels-last weights in the standard layout, the only one safetensors writes (checkpoints,
+    the EMA, the exported model)."""
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor) and not value.is_contiguous():
+            state[key] = value.contiguous()
 
 
 def make_criterion(cfg: Config, num_classes: int) -> tuple[torch.nn.Module, Mixup | None]:
@@ -175,34 +184,43 @@ def refuse_non_finite_weights(run: "Training") -> None:
             ) from None
 
 
-def resume(cfg: Config, accelerator: Accelerator, ema: ModelEmaV3 | None, recipe_steps: int) -> TrainerState:
-    """Step 0, or the checkpoint `cfg.resume` names: the weights, optimizer, EMA and random generators from
-    Accelerate's state, the position in training from trainer_state.json."""
+def resume_point(cfg: Config, recipe_steps: int) -> tuple[Path | None, TrainerState]:
+    """The checkpoint the run continues (with --resume: the latest in output_dir, or the folder it names; None where
+    there is none) and the state it starts from: step 0, or the checkpoint's, its length the recipe's unless a time
+    budget fixed it. A checkpoint without its weights or state is refused."""
     output_dir = Path(cfg.output_dir)
     checkpoint = Path(cfg.resume) if cfg.resume not in (None, "auto") else None
-    if cfg.resume == "auto" and checkpoint_dirs(output_dir):
+    if cfg.resume == "auto" and not cfg.overwrite and checkpoint_dirs(output_dir):
         checkpoint = checkpoint_dirs(output_dir)[-1]
-    if checkpoint is None:  # nothing to resume from: the run starts again, and so do its records
-        if cfg.resume is not None and accelerator.is_main_process:
-            truncate_metrics(output_dir, -1)
-        return TrainerState(total_steps=recipe_steps, recipe_steps=recipe_steps)
+    if checkpoint is None:
+        return None, TrainerState(total_steps=recipe_steps, recipe_steps=recipe_steps)
     missing = [name for name in ("model.safetensors", TRAINER_STATE) if not (checkpoint / name).is_file()]
     if missing:
         raise TrainingError(
             f"Checkpoint {checkpoint} is incomplete: {', '.join(missing)} missing. Resume from another checkpoint "
             f"(--resume {checkpoint.parent}/step_...), or start afresh with --overwrite."
         )
-    accelerator.load_state(str(checkpoint))
-    if ema is not None:
-        ema.module.load_state_dict(load_file(str(checkpoint / EMA_WEIGHTS)))
     state = TrainerState.load(checkpoint)
-    if accelerator.is_main_process:
-        truncate_metrics(output_dir, state.step)
     state.recipe_steps = recipe_steps
     if not state.budget_fitted:  # the recipe's length, which the command line may have changed
         state.total_steps = recipe_steps
-    accelerator.print(f"Resumed from {checkpoint} at step {state.step}.")
-    return state
+    return checkpoint, state
+
+
+def resume(cfg: Config, accelerator: Accelerator, ema: ModelEmaV3 | None, checkpoint: Path | None, step: int) -> None:
+    """The weights, optimizer, EMA and random generators ``checkpoint`` saved (Accelerate's state), and the records
+    of metrics.jsonl up to its ``step``; a resumed run without a checkpoint starts its records again."""
+    output_dir = Path(cfg.output_dir)
+    if checkpoint is None:  # nothing to resume from: the run starts again, and so do its records
+        if cfg.resume is not None and accelerator.is_main_process:
+            truncate_metrics(output_dir, -1)
+        return
+    accelerator.load_state(str(checkpoint))
+    if ema is not None:
+        ema.module.load_state_dict(load_file(str(checkpoint / EMA_WEIGHTS)))
+    if accelerator.is_main_process:
+        truncate_metrics(output_dir, step)
+    accelerator.print(f"Resumed from {checkpoint} at step {step}.")
 
 
 # ----------------------------------------------------------------------------- training
@@ -432,19 +450,6 @@ def summarize(run: Training, updates_per_epoch: int | None) -> Summary:
 # ----------------------------------------------------------------------------- the run
 
 
-def requested_processes() -> int:
-    """How many processes the launch asked for: WORLD_SIZE (torchrun, accelerate's multi-process launchers) or the
-    `--num_processes` of an `accelerate launch` parent that started this one process."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return int(os.environ["WORLD_SIZE"])
-    words = psutil.Process().parent().cmdline() if "ACCELERATE_MIXED_PRECISION" in os.environ else []
-    for i, word in enumerate(words):
-        value = word.split("=", 1)[1] if word.startswith("--num_processes=") else words[i + 1 : i + 2]
-        if word.startswith("--num_processes") and value:
-            return int(value if isinstance(value, str) else value[0])
-    return 1
-
-
 def setup(cfg: Config) -> Accelerator:
     """The Accelerator (devices, processes, mixed precision, trackers), with every generator seeded."""
     log_with = ("tensorboard" if is_tensorboard_available() else None) if cfg.log_with == "auto" else cfg.log_with
@@ -461,7 +466,7 @@ def setup(cfg: Config) -> Accelerator:
     if requested > 1 and accelerator.num_processes == 1:
         # Without a GPU, `--multi_gpu` and torchrun start processes that each train alone on the same folder, and
         # `accelerate launch --cpu --num_processes N` starts one.
-        raise TrainingError(
+        raise WrongLaunch(
             f"This process was launched as one of {requested} (WORLD_SIZE or --num_processes), but Accelerate runs "
             "it alone: each process would train the whole run into the same folder. On CPUs launch with: "
             "ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N train.py ..."
@@ -474,6 +479,7 @@ def setup(cfg: Config) -> Accelerator:
 
 def fit(cfg: Config) -> Summary:
     """Train, evaluate, checkpoint and export as `cfg` says; returns what summary.json records."""
+    cfg = local_copy(cfg)
     validate(cfg)
     accelerator = setup(cfg)
 
@@ -482,23 +488,28 @@ def fit(cfg: Config) -> Summary:
     names, num_classes = classes(cfg, train_data)
     model = create_model(cfg, num_classes)
     train_loader, val_loader, *batches = make_loaders(cfg, preprocessing(cfg, model), train_data, val_data)
-    if accelerator.is_main_process:  # the lock is held until the process ends
-        config = dataclasses.asdict(cfg)
-        lock = take_run_folder(Path(cfg.output_dir), config, cfg.resume is not None, cfg.overwrite, RESUMABLE_CHANGES)  # noqa: F841
-    accelerator.wait_for_everyone()
-    if accelerator.log_with:
-        accelerator.init_trackers("train", config={k: str(v) for k, v in dataclasses.asdict(cfg).items()})
 
     # Optimizer and loss; Accelerate places the model and shards the data over the processes.
     model, optimizer = model_and_optimizer(cfg, model)
     model, optimizer, train_loader, val_loader = accelerator.prepare(model, optimizer, train_loader, val_loader)
-    plain = accelerator.unwrap_model(model, keep_torch_compile=False)
-    ema = ModelEmaV3(plain, decay=cfg.ema_decay) if cfg.ema_decay else None
     criterion, mixup = make_criterion(cfg, num_classes)
 
-    # Training from step 0, or from the checkpoint it resumes.
+    # Where training starts: step 0 or a checkpoint. The run folder is checked against it before anything is
+    # written there.
     updates_per_epoch = None if cfg.streaming else math.ceil(len(train_loader) / cfg.grad_accum_steps)
-    state = resume(cfg, accelerator, ema, recipe_steps=cfg.max_steps or cfg.epochs * updates_per_epoch)
+    checkpoint, state = resume_point(cfg, recipe_steps=cfg.max_steps or cfg.epochs * updates_per_epoch)
+    if accelerator.is_main_process:  # the lock is held until the process ends
+        steps_left = None if checkpoint is None else state.total_steps - state.step
+        config = dataclasses.asdict(cfg)
+        lock = take_run_folder(  # noqa: F841
+            Path(cfg.output_dir), config, cfg.resume is not None, cfg.overwrite, RESUMABLE_CHANGES, steps_left
+        )
+    accelerator.wait_for_everyone()
+    if accelerator.log_with:
+        accelerator.init_trackers("train", config={k: str(v) for k, v in dataclasses.asdict(cfg).items()})
+    plain = accelerator.unwrap_model(model, keep_torch_compile=False)
+    ema = ModelEmaV3(plain, decay=cfg.ema_decay) if cfg.ema_decay else None
+    resume(cfg, accelerator, ema, checkpoint, state.step)
     loaders = (train_loader, val_loader)
     run = Training(cfg, accelerator, model, optimizer, ema, criterion, mixup, loaders, tuple(batches), names, state)
     try:

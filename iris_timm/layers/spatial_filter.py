@@ -1,4 +1,4 @@
-"""The spatial filter of the gated block: a learned local filter and the PDE operator, side by side.
+"""The spatial filter of the gated block: a learned local filter and the CDR operator, side by side.
 
 ``spatial_mix`` chooses what the filter holds: ``"both"`` (the design), or one of the two ablations, ``"local"``
 (the depthwise convolution alone: MambaOut's block) and ``"global"`` (the operator alone). All modules here take
@@ -30,16 +30,12 @@ class DepthwiseConv(nn.Module):
 
 
 class LocalPlusGlobal(nn.Module):
-    """``dwconv(x) + g * CDR(x)``: the learned depthwise kernel answers to local structure (an oriented edge), the PDE
+    """``dwconv(x) + g * CDR(x)``: the learned depthwise kernel answers to local structure (an oriented edge), the CDR
     operator, band-limited by construction, carries smooth long-range context.
 
     ``gain_init`` (``None``: no gain, ``g = 1``) adds a learned per-channel gain ``g`` on the operator's path with
     this initial value; at ``0`` the filter starts as its local-only ablation and the operator enters as it learns.
-
-    The operator's output is added as it is: its reaction gain ``exp(t r)`` already sets its scale per channel.
-    Normalising it first (as vHeat normalises its heat operator's output, and as iris_timm 0.2 did) cost a
-    LayerNorm pass per block and won nowhere it was measured (README, "The operator against the same block
-    without it").
+    The operator's output is added without a norm: its reaction gain ``exp(t r)`` sets its scale per channel.
     """
 
     def __init__(
@@ -73,7 +69,7 @@ def create_spatial_filter(
     dtype=None,
 ) -> nn.Module:
     """The gated block's spatial filter: ``dwconv(x) + CDR(x)`` (``"both"``), ``dwconv(x)`` (``"local"``) or
-    ``CDR(x)`` (``"global"``), where ``dwconv`` is a ``kernel_size`` depthwise convolution and ``CDR`` the
+    ``CDR(x)`` (``"global"``), where ``dwconv`` is a ``kernel_size`` depthwise convolution and ``CDR`` the CDR
     operator with ``num_heads`` sets of coefficients and cut-off ``modes`` (:mod:`iris_timm.layers.cdr`), its path
     scaled by a learned per-channel gain starting at ``gain_init`` in ``"both"`` (``None``: no gain)."""
     dd = {"device": device, "dtype": dtype}
