@@ -1,4 +1,4 @@
-"""What was tried to make the PDE operator cheaper and not kept, measured again: one thread, the median seconds per
+"""Alternatives to the CDR operator's implementation, measured against it: one thread, the median seconds per
 call of ``torch.utils.benchmark.Timer(...).blocked_autorange``.
 
     python -m benchmarks.operator_alternatives              # 1-4

@@ -1,4 +1,4 @@
-"""The PDE operator's cost against one C x C linear layer, on every stage grid of a model, and what it costs a
+"""The CDR operator's cost against one C x C linear layer, on every stage grid of a model, and what it costs a
 whole model's training.
 
 python -m benchmarks.operator_benchmark                              # iris_pdessm_s, 224² (batch 8), 1024² (batch 1)
@@ -50,7 +50,7 @@ TRAINING_MODELS = [
 
 
 def stage_operators(model_name: str, size: int, batch_size: int) -> list[dict[str, Any]]:
-    """Each stage's feature-map shape at ``size`` and its first PDE operator's settings, from a model built on
+    """Each stage's feature-map shape at ``size`` and its first CDR operator's settings, from a model built on
     the meta device (no weights are allocated)."""
     import iris_timm  # noqa: F401  (registers the iris_* models)
 

@@ -1,7 +1,7 @@
 """Pack the three Pathfinder-64 sets (contour lengths 6, 9 and 14) into one compact file for the GPU study, and the
 wheels of the training code's packages that a bare PyTorch image lacks; unpack the file back into Parquet sets.
 
-    python -m benchmarks.pack_pathfinder                          # ../shared/data -> output/pathfinder64.npz
+    python -m benchmarks.pack_pathfinder --root ../shared/data    # the Parquet sets -> output/pathfinder64.npz
     python -m benchmarks.pack_pathfinder --limit 256 --out output/pathfinder64_small.npz --no-wheels
 
 Each set's train and val Parquet files are decoded once into 64x64 greyscale uint8 arrays and saved with
@@ -63,7 +63,7 @@ def _read(path: Path, limit: int | None) -> datasets.Dataset:
 
 
 def pack(root: Path, limit: int | None = None) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], list[str]]:
-    """Decode every length's train and val split under ``root`` (``../shared/data``): the splits, the class names."""
+    """Decode every length's train and val split under ``root``: the splits, the class names."""
     paths = parquet_paths(root)
     missing = [str(path) for path in paths.values() if not path.is_file()]
     if missing:
@@ -102,7 +102,7 @@ def download_wheels(dest: Path) -> None:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=Path("../shared/data"), help="folder of the Parquet sets")
+    parser.add_argument("--root", type=Path, default=Path("data"), help="folder of the Parquet sets (pathfinder64*/)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--limit", type=int, default=None, help="keep the first N images of each split")
     parser.add_argument("--wheels", type=Path, default=DEFAULT_WHEELS, help="folder for the wheels")

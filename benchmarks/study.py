@@ -272,7 +272,7 @@ def modules_by_stage(model: nn.Module, kind: type[nn.Module]) -> dict[int, list[
 
 
 def pde_operators(model: nn.Module) -> dict[int, list[ConvectionDiffusionReaction2d]]:
-    """The PDE operators of an iris model by stage index, in block order."""
+    """The CDR operators of an iris model by stage index, in block order."""
     return modules_by_stage(model, ConvectionDiffusionReaction2d)
 
 
@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> None:
     model = from_pretrained(f"local-dir:{pde_run}")
     if not pde_operators(model):
         raise SystemExit(
-            f"{pde_run} holds a model without PDE operators; pass --pde-run with a run whose model has them "
+            f"{pde_run} holds a model without CDR operators; pass --pde-run with a run whose model has them "
             "(not spatial_mix='local')."
         )
     plot_pde_coefficients(model, args.out / "pde_coefficients.png")

@@ -1,7 +1,8 @@
-"""The README's and docs/' code blocks, checked: ```python and ```bash run blocks run (in a scratch folder, in
-order, each file's Python blocks sharing one namespace); ```bash blocks, too long to run here, must name only
-recipes, files, modules and train.py flags that exist; ```python no-run blocks (the Hub's network calls) must
-compile and import what exists. A block with any other tag (``text``) is sample output; an untagged block fails."""
+"""The README's and docs/' code blocks, checked: ```python and ```bash run blocks run twice in a row (in a scratch
+folder, in the order of their file, bash with the virtual environment active, each file's Python blocks in one
+session), as a reader who pastes them twice would; ```bash blocks, too long to run here, must name only recipes,
+files, modules and train.py flags that exist; ```python no-run blocks (the Hub's network calls) must compile and
+import what exists. A block with any other tag (``text``) is sample output; an untagged block fails."""
 
 import ast
 import dataclasses
@@ -11,20 +12,58 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
-from mktestdocs import grab_code_blocks
 
 import train
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FLAGS = {"--config", *("--" + f.name.replace("_", "-") for f in dataclasses.fields(train.Config))}
+TAGS = ("python", "python no-run", "bash", "bash run", "text")
+RUNNABLE = ("python", "bash run")
+
+
+class CodeBlock(NamedTuple):
+    tag: str  # what follows the opening ```
+    line: int  # the line of the opening ```, from 1
+    code: str
+
+
+def code_blocks(path: Path) -> list[CodeBlock]:
+    """The fenced blocks of a Markdown file, in its order."""
+    found, opening, lines = [], None, []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.lstrip().startswith("```") and opening is None:
+            opening, lines = (line.strip()[3:].strip(), number), []
+        elif line.lstrip().startswith("```"):
+            found.append(CodeBlock(*opening, textwrap.dedent("".join(lines))))
+            opening = None
+        elif opening is not None:
+            lines.append(line + "\n")
+    return found
 
 
 def blocks(path: Path, tag: str) -> list[str]:
-    return grab_code_blocks(path.read_text(encoding="utf-8"), lang=tag)
+    return [block.code for block in code_blocks(path) if block.tag == tag]
+
+
+def shell_commands(block: str) -> list[str]:
+    """The commands of a shell block: a line, with the lines its trailing ``\\`` continues it on, split at ``;``,
+    ``&&`` and ``do``. The body of a here-document is its command's input, not commands."""
+    commands, heredoc_end = [], None
+    for line in block.replace("\\\n", " ").splitlines():
+        if heredoc_end is not None:  # inside a here-document, up to its closing word
+            if line.strip() == heredoc_end:
+                heredoc_end = None
+            continue
+        if heredoc := re.search(r"<<-?\s*(['\"]?)(\w+)\1", line):
+            heredoc_end = heredoc.group(2)
+        commands += re.split(r";|&&|\bdo\b", line)
+    return commands
 
 
 def missing_names(block: str, root: Path = ROOT) -> list[str]:
@@ -42,7 +81,7 @@ def missing_names(block: str, root: Path = ROOT) -> list[str]:
             missing.append(module)
         elif importlib.util.find_spec(module.split(".")[0]) is None:
             missing.append(module)
-    for command in re.split(r"\n(?!\s)|;|&&|\bdo\b", block.replace("\\\n", " ")):
+    for command in shell_commands(block):
         if "train.py" in command:
             flags = {w.split("=")[0] for w in shlex.split(command.split("train.py", 1)[1], comments=True)}
             missing += sorted(f for f in flags if f.startswith("--") and f not in FLAGS)
@@ -51,8 +90,8 @@ def missing_names(block: str, root: Path = ROOT) -> list[str]:
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
 def test_every_code_block_is_checked(path):
-    known = sum(len(blocks(path, tag)) for tag in ("python", "python no-run", "bash", "bash run", "text"))
-    assert known == len(blocks(path, None)), f"{path.name} has a code block with an unchecked tag"
+    unchecked = [f"{path.name}:{block.line}" for block in code_blocks(path) if block.tag not in TAGS]
+    assert not unchecked, f"code blocks with an unchecked tag (not one of {TAGS}): {unchecked}"
 
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
@@ -77,22 +116,89 @@ def test_the_check_fails_on_a_removed_recipe(tmp_path):
     assert missing_names("python -m benchmarks.no_such_study --out x") == ["benchmarks.no_such_study"]
 
 
-@pytest.mark.parametrize(
-    "path", [p for p in DOCS if blocks(p, "python") or blocks(p, "bash run")], ids=lambda p: p.name
-)
-def test_quick_blocks_run(path, tmp_path):
+def test_only_a_trailing_backslash_continues_a_command():
+    """An indented line is a command of its own, and a here-document (Python's loop here) holds no commands."""
+    block = (
+        "python - <<'PY'\n"
+        "for seed in range(2):\n"
+        '    subprocess.run(["python", "train.py", "--seed", str(seed)])\n'
+        "PY\n"
+        "for seed in 0 1; do\n"
+        "    python train.py --seed $seed --no-such-flag 1\n"
+        "    python -m benchmarks.study --runs x\n"
+        "done\n"
+        "python train.py --config configs/smoke.yaml \\\n"
+        "    --no-such-flag 2\n"
+    )
+    assert missing_names(block) == ["--no-such-flag", "--no-such-flag"]
+
+
+def activated_environment() -> dict[str, str]:
+    """The environment of a shell after ``source .venv/bin/activate``: this virtual environment's commands (python,
+    accelerate) first on the PATH; one thread, to share this machine with the rest of the suite."""
+    bin_dir = Path(sys.executable).parent
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    return dict(os.environ, VIRTUAL_ENV=str(bin_dir.parent), PATH=path, OMP_NUM_THREADS="1")
+
+
+def run_block(block: CodeBlock, folder: Path, namespace: dict, where: str) -> None:
+    """Run a ```bash run block in a shell in ``folder``, a ```python block in the session ``namespace``."""
+    if block.tag == "bash run":
+        result = subprocess.run(
+            ["bash", "-e", "-c", block.code],
+            cwd=folder,
+            env=activated_environment(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert result.returncode == 0, f"{where} ended with exit status {result.returncode}:\n{result.stderr[-3000:]}"
+        return
+    try:
+        exec(compile(block.code, where, "exec"), namespace)
+    except Exception as error:
+        raise AssertionError(f"{where} raised {error!r}") from error
+
+
+def paste_twice(path: Path, folder: Path) -> None:
+    """Every ```python and ```bash run block of ``path`` in its order, then all of them again, in ``folder``."""
+    namespace: dict = {}
+    for paste in ("first", "second"):
+        for block in code_blocks(path):
+            if block.tag in RUNNABLE:
+                run_block(block, folder, namespace, f"{path.name}:{block.line} (```{block.tag}, {paste} run)")
+
+
+@pytest.mark.parametrize("path", [p for p in DOCS if blocks(p, "python") + blocks(p, "bash run")], ids=lambda p: p.name)
+def test_runnable_blocks_run_twice_in_a_row(path, tmp_path, monkeypatch):
     (tmp_path / "output").mkdir()
     for name in ("train.py", "configs"):
         (tmp_path / name).symlink_to(ROOT / name)
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", OMP_NUM_THREADS="1")
-    for block in blocks(path, "bash run"):
-        result = subprocess.run(["bash", "-e", "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True)
-        assert result.returncode == 0, f"{path.name}:\n{block}\n{result.stderr[-3000:]}"
-    namespace: dict = {}
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        for block in blocks(path, "python"):
-            exec(compile(block, str(path), "exec"), namespace)
-    finally:
-        os.chdir(cwd)
+    monkeypatch.chdir(tmp_path)
+    paste_twice(path, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ("```bash run\nmkdir made\n```", r"guide\.md:3 \(```bash run, second run\) ended with exit status 1:\n.*made"),
+        (
+            "```python\nimport os\nos.mkdir('made')\n```",
+            r"guide\.md:3 \(```python, second run\) raised FileExistsError",
+        ),
+    ],
+)
+def test_a_block_that_cannot_run_twice_fails_naming_its_file_and_line(tmp_path, monkeypatch, block, message):
+    (tmp_path / "guide.md").write_text(f"# Guide\n\n{block}\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AssertionError, match=message):
+        paste_twice(tmp_path / "guide.md", tmp_path)
+
+
+def test_the_tests_the_docs_name_exist():
+    tests = sorted((ROOT / "tests").glob("test_*.py"))
+    defined = {name for path in tests for name in re.findall(r"^def (test_\w+)", path.read_text(), re.M)}
+    for path in [*DOCS, ROOT / "CHANGELOG.md"]:
+        named = set(re.findall(r"\b(test_\w+)", path.read_text())) - {path.stem for path in tests}
+        assert named <= defined, f"{path.name} names tests that do not exist: {sorted(named - defined)}"

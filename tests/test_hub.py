@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -670,14 +669,3 @@ def test_a_refusal_names_three_keys_and_counts_the_rest():
     with pytest.raises(ValueError, match=r"NaN or infinity in w0, w1, w2 \(and 2 more\)"):
         check_weights(weights, None, "the weights")
     check_weights({"w": torch.ones(2)}, None, "the weights")  # finite: accepted
-
-
-@pytest.mark.parametrize("umask", [0o022, 0o027])
-def test_saved_files_get_the_permissions_of_the_umask(tmp_path, model, umask):
-    previous = os.umask(umask)
-    try:
-        folder = iris_timm.save_pretrained(model, tmp_path / "saved")
-    finally:
-        os.umask(previous)
-    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in folder.iterdir()}
-    assert modes == dict.fromkeys(SAVED_FILES, 0o666 & ~umask)
