@@ -1,6 +1,6 @@
 """What the operator needs on Pathfinder: operator variants in a frame that learns the task on a CPU.
 
-The frame is the reference CNN of the Pathfinder data's README: a stride-2 3x3 conv stem to a 32x32 grid, residual
+The frame is a CNN known to leave chance on Pathfinder on a CPU: a stride-2 3x3 conv stem to a 32x32 grid, residual
 3x3 conv blocks with BatchNorm at that grid, global max pooling. Each block takes a global path beside its conv,
 
     x + relu(bn(conv(x) + g * G(x)))          # g: a per-channel gain, zero at the start
@@ -17,14 +17,14 @@ so every variant starts as the frame alone and the global path enters as its gai
 Budgets are in samples, equal for every variant; accuracy on the validation split every 40k samples. Every run
 trains through ``iris_timm.training.fit``, the code ``train.py`` runs, one thread, into a run folder that resumes:
 
-    python -m benchmarks.pathfinder_study run cdr --length 9 --seed 0 --data-root ../shared/data
-    python -m benchmarks.pathfinder_study all --lengths 9 --seeds 0 1 --data-root ../shared/data   # two at a time
+    python -m benchmarks.pathfinder_study run cdr --length 9 --seed 0      # one run
+    python -m benchmarks.pathfinder_study all --lengths 9 --seeds 0 1       # every variant, two runs at a time
     python -m benchmarks.pathfinder_study all --jobs 5 --mixed-precision bf16 --num-threads 3   # other train.py options
-    python -m benchmarks.pathfinder_study table --out model_cards/pathfinder_study
-    python -m benchmarks.pathfinder_study --smoke                                            # seconds, on made-up data
+    python -m benchmarks.pathfinder_study table --results model_cards/pathfinder_study/results.md
+    python -m benchmarks.pathfinder_study --smoke                           # seconds, on made-up data
 
 The data are not public: ``configs/pathfinder_study.yaml`` says how to make them. ``--data-root`` holds one folder
-per contour length, named as the generator's README names them (``pathfinder64_length9``; length 14:
+per contour length, named by it (``pathfinder64_length9``, ``pathfinder64_length6``; length 14:
 ``pathfinder64``).
 """
 
@@ -306,8 +306,13 @@ class RunResult:
         step = samples // self.batch_size
         return next((e.accuracy["top1"] for e in self.evaluations if e.step == step), None)
 
-    def samples_to(self, top1: float) -> int | None:
-        return next((e.step * self.batch_size for e in self.evaluations if e.accuracy["top1"] >= top1), None)
+    def every(self, samples: int) -> list[Evaluation]:
+        """The evaluations every ``samples`` samples (train.py also evaluates at each epoch's end)."""
+        return [e for e in self.evaluations if e.step % (samples // self.batch_size) == 0]
+
+    def samples_to(self, top1: float, every: int) -> int | None:
+        """The samples at the first evaluation every ``every`` samples that reaches ``top1``."""
+        return next((e.step * self.batch_size for e in self.every(every) if e.accuracy["top1"] >= top1), None)
 
     def seconds(self) -> float | None:
         return self.evaluations[-1].train_time_s if self.evaluations else None
@@ -357,7 +362,7 @@ def table(results: list[RunResult], samples: int, eval_samples: int) -> str:
     order = {name: i for i, name in enumerate(VARIANTS)}
     results = sorted(results, key=lambda r: (r.length, order.get(r.variant, len(order)), r.seed))
     for r in results:
-        reached = r.samples_to(TARGET_TOP1)
+        reached = r.samples_to(TARGET_TOP1, eval_samples)
         cells = [_cell(r.top1_at(p)) for p in points]
         seconds = "–" if r.seconds() is None else f"{r.seconds():.0f}"
         reached = "–" if reached is None else _samples(reached)
@@ -370,7 +375,7 @@ def table(results: list[RunResult], samples: int, eval_samples: int) -> str:
         groups.setdefault((r.length, r.variant), []).append(r)
     for (length, variant), runs in groups.items():
         final = [v for r in runs if (v := r.top1_at(samples)) is not None]
-        best = [max(e.accuracy["top1"] for e in r.evaluations) for r in runs if r.top1_at(samples) is not None]
+        best = [max(e.accuracy["top1"] for e in r.every(eval_samples)) for r in runs if r.top1_at(samples) is not None]
         lines.append(f"| {length} | {variant} | {len(final)} | {_mean_sd(final)} | {_mean_sd(best)} |")
     return "\n".join(lines) + "\n"
 

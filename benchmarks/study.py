@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from iris_timm.files import atomic_write, import_pyplot, write_text
+from iris_timm.files import MissingExtra, atomic_write, import_pyplot, write_text
 from iris_timm.hub import from_pretrained
 from iris_timm.layers import ConvectionDiffusionReaction2d, DepthwiseConv
 from iris_timm.training.run_folder import Summary, read_evaluations, read_summary, read_train_config
@@ -446,4 +446,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except MissingExtra as error:
+        raise SystemExit(str(error)) from None

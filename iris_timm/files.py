@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["apply_umask", "atomic_write", "import_pyplot", "write_text"]
+__all__ = ["MissingExtra", "apply_umask", "atomic_write", "import_pyplot", "write_text"]
 
 
 @contextmanager
@@ -62,9 +62,13 @@ def apply_umask(path: str | os.PathLike) -> None:
             os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~mask)
 
 
+class MissingExtra(ImportError):
+    """An optional dependency is not installed; the message says which extra installs it."""
+
+
 def import_pyplot(alternative: str | None = None) -> Any:
-    """``matplotlib.pyplot`` drawing to files (the Agg backend: no display needed), or exit saying how to install
-    it; ``alternative`` names another way out, such as a flag that skips the pictures."""
+    """``matplotlib.pyplot`` drawing to files (the Agg backend: no display needed), or :class:`MissingExtra` saying
+    how to install it; ``alternative`` names another way out, such as a flag that skips the pictures."""
     try:
         import matplotlib
 
@@ -72,5 +76,5 @@ def import_pyplot(alternative: str | None = None) -> Any:
         import matplotlib.pyplot as plt
     except ImportError as error:
         otherwise = f" (or {alternative})" if alternative else ""
-        raise SystemExit(f"Pictures need matplotlib: pip install 'iris-timm[bench]'{otherwise}.") from error
+        raise MissingExtra(f"Pictures need matplotlib: pip install 'iris-timm[bench]'{otherwise}.") from error
     return plt

@@ -86,8 +86,10 @@ def result(top1s: list[float], variant: str = "cdr", seed: int = 0) -> study.Run
 
 def test_the_table_gives_accuracy_by_samples_and_the_samples_to_the_target():
     runs = [result([50.0, 61.0, 58.0]), result([50.0, 52.0, 60.0], seed=1), result([51.0, 53.0, 55.0], "frame")]
-    assert runs[0].samples_to(60.0) == 80_000 and runs[1].samples_to(60.0) == 120_000
-    assert runs[2].samples_to(60.0) is None and runs[0].top1_at(120_000) == 58.0
+    assert runs[0].samples_to(60.0, 40_000) == 80_000 and runs[1].samples_to(60.0, 40_000) == 120_000
+    assert runs[2].samples_to(60.0, 40_000) is None and runs[0].top1_at(120_000) == 58.0
+    runs[2].evaluations.insert(1, Evaluation(1248, 1, {"top1": 70.0}, 150.0))  # an epoch's end, off the 40k grid
+    assert runs[2].samples_to(60.0, 40_000) is None and [e.step for e in runs[2].every(40_000)] == [625, 1250, 1875]
     text = study.table(runs, samples=120_000, eval_samples=40_000)
     assert "| 9 | frame | 0 | 51.0 | 53.0 | 55.0 | – | 300 |" in text
     assert "| 9 | cdr | 1 | 50.0 | 52.0 | 60.0 | 120k | 300 |" in text

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch.utils import benchmark
 
-from iris_timm.files import import_pyplot, write_text
+from iris_timm.files import MissingExtra, import_pyplot, write_text
 
 __all__ = ["TARGETS", "Target", "check_targets", "main", "measure", "timed"]
 
@@ -365,4 +365,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except MissingExtra as error:
+        raise SystemExit(str(error)) from None
