@@ -20,7 +20,10 @@ trains through ``iris_timm.training.fit``, the code ``train.py`` runs, one threa
     python -m benchmarks.pathfinder_study run cdr --length 9 --seed 0      # one run
     python -m benchmarks.pathfinder_study all --lengths 9 --seeds 0 1       # every variant, two runs at a time
     python -m benchmarks.pathfinder_study all --jobs 5 --mixed-precision bf16 --num-threads 3   # other train.py options
-    python -m benchmarks.pathfinder_study table --results model_cards/pathfinder_study/results.md
+    python -m benchmarks.pathfinder_study keep          # the runs' records into model_cards/pathfinder_study/runs
+    python -m benchmarks.pathfinder_study all --records model_cards/pathfinder_study/runs   # resumed from them
+    python -m benchmarks.pathfinder_study table --out model_cards/pathfinder_study/runs \
+        --results model_cards/pathfinder_study/results.md
     python -m benchmarks.pathfinder_study --smoke                           # seconds, on made-up data
 
 The data are not public: ``configs/pathfinder_study.yaml`` says how to make them. ``--data-root`` holds one folder
@@ -31,6 +34,7 @@ per contour length, named by it (``pathfinder64_length9``, ``pathfinder64_length
 import argparse
 import dataclasses
 import json
+import shutil
 import signal
 import statistics
 import subprocess
@@ -51,7 +55,18 @@ from torch import nn
 from iris_timm.files import write_text
 from iris_timm.layers.cdr import ConvectionDiffusionReaction2d, _rotate
 from iris_timm.training import TrainingError, fit, parse_config
-from iris_timm.training.run_folder import Evaluation, read_evaluations, read_summary, read_train_config
+from iris_timm.training.run_folder import (
+    CHECKPOINTS,
+    METRICS,
+    SUMMARY,
+    TRAIN_CONFIG,
+    Evaluation,
+    TrainerState,
+    checkpoint_dirs,
+    read_evaluations,
+    read_summary,
+    read_train_config,
+)
 
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "pathfinder_study.yaml"
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -61,6 +76,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cdr_dynamic": {"global_path": "cdr_dynamic", "modes": 6},
     "spectral": {"global_path": "spectral"},
 }
+RECORDS = Path("model_cards/pathfinder_study/runs")  # the runs' records, kept with the project (keep, restore)
 SAMPLES = 400_000  # per run, every variant
 EVAL_SAMPLES = 40_000  # between evaluations
 TARGET_TOP1 = 60.0  # the table gives the samples at which a run first reaches this
@@ -216,6 +232,44 @@ def run_folder(out: Path, variant: str, length: int, seed: int) -> Path:
     return out / f"length{length}" / variant / f"seed{seed}"
 
 
+def keep(out: Path, records: Path) -> list[Path]:
+    """Copy every run's record from ``out`` to ``records``, a folder kept with the project: its train_config.yaml,
+    metrics.jsonl and summary.json and, while the run is unfinished, its latest checkpoint (``checkpoint/``), so
+    that the table is rebuilt and an unfinished run resumed from another checkout (:func:`restore`). Returns the
+    records written."""
+    written = []
+    for folder in sorted(p.parent for p in out.glob(f"length*/*/seed*/{TRAIN_CONFIG}")):
+        record = records / folder.relative_to(out)
+        record.mkdir(parents=True, exist_ok=True)
+        for name in (TRAIN_CONFIG, METRICS, SUMMARY):
+            if (folder / name).is_file():
+                write_text(record / name, (folder / name).read_text())
+        latest = checkpoint_dirs(folder)[-1:] if not (folder / SUMMARY).is_file() else []
+        staging = record / ".checkpoint"
+        shutil.rmtree(staging, ignore_errors=True)
+        for checkpoint in latest:  # copied whole beside its name, then put in place
+            shutil.copytree(checkpoint, staging)
+        shutil.rmtree(record / "checkpoint", ignore_errors=True)
+        if latest:
+            staging.rename(record / "checkpoint")
+        written.append(record)
+    return written
+
+
+def restore(folder: Path, record: Path) -> None:
+    """Where ``folder`` holds no run and ``record`` (:func:`keep`) does: the record's files, and its checkpoint as
+    the run's latest, to resume from."""
+    if not (record / TRAIN_CONFIG).is_file() or (folder / TRAIN_CONFIG).is_file():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in (TRAIN_CONFIG, METRICS, SUMMARY):
+        if (record / name).is_file():
+            write_text(folder / name, (record / name).read_text())
+    if (record / "checkpoint").is_dir():
+        step = TrainerState.load(record / "checkpoint").step
+        shutil.copytree(record / "checkpoint", folder / CHECKPOINTS / f"step_{step:08d}")
+
+
 def run_argv(
     variant: str, length: int, seed: int, samples: int, data_root: Path, out: Path, eval_samples: int
 ) -> list[str]:
@@ -240,9 +294,13 @@ def run(
     out: Path,
     eval_samples: int = EVAL_SAMPLES,
     options: Sequence[str] = (),
+    records: Path | None = None,
 ) -> None:
-    """One run through iris_timm.training.fit, skipped when its folder holds it finished at this budget; ``options``
+    """One run through iris_timm.training.fit, skipped when its folder holds it finished at this budget, resumed
+    where it holds it unfinished (or, with ``records``, where the run's record does: :func:`restore`); ``options``
     are train.py options over the study's (``--mixed-precision bf16``)."""
+    if records is not None:
+        restore(run_folder(out, variant, length, seed), run_folder(records, variant, length, seed))
     argv = run_argv(variant, length, seed, samples, data_root, out, eval_samples)
     cfg = parse_config([*argv, *options])
     summary = read_summary(Path(cfg.output_dir)) if Path(cfg.output_dir).is_dir() else None
@@ -416,12 +474,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="every variant for a few steps on made-up data")
     commands = parser.add_subparsers(dest="command")
-    for name in ("run", "all", "table"):
+    for name in ("run", "all", "table", "keep"):
         command = commands.add_parser(name)
         command.add_argument("--out", type=Path, default=Path("output/pathfinder_study"), help="the runs' folders")
-        command.add_argument("--samples", type=int, default=SAMPLES, help="training samples per run")
-        command.add_argument("--eval-samples", type=int, default=EVAL_SAMPLES, help="samples between evaluations")
-        if name != "table":
+        if name != "keep":
+            command.add_argument("--samples", type=int, default=SAMPLES, help="training samples per run")
+            command.add_argument("--eval-samples", type=int, default=EVAL_SAMPLES, help="samples between evaluations")
+        if name == "keep":
+            command.add_argument("--records", type=Path, default=RECORDS, help="where to keep the runs' records")
+        if name in ("run", "all"):
+            command.add_argument("--records", type=Path, help=f"resume from the runs' records there ({RECORDS})")
+        if name in ("run", "all"):
             command.add_argument("--data-root", type=Path, default=Path("data"), help="holds pathfinder64_length<L>/")
     commands.choices["run"].add_argument("variant", choices=list(VARIANTS))
     commands.choices["run"].add_argument("--length", type=int, default=9)
@@ -441,10 +504,19 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command == "run":
             run(
-                args.variant, args.length, args.seed, args.samples, args.data_root, args.out, args.eval_samples, options
+                args.variant,
+                args.length,
+                args.seed,
+                args.samples,
+                args.data_root,
+                args.out,
+                args.eval_samples,
+                options,
+                args.records,
             )
         elif args.command == "all":
             keys = [(length, seed, v) for length in args.lengths for seed in args.seeds for v in args.variants]
+            options = [*options, *(["--records", str(args.records)] if args.records else [])]
             codes = run_all(keys, args.samples, args.eval_samples, args.data_root, args.out, args.jobs, options)
             if any(codes.values()):
                 failed = sum(code != 0 for code in codes.values())
@@ -454,8 +526,11 @@ def main(argv: list[str] | None = None) -> None:
             if args.results:
                 write_text(args.results, text)
             print(text)
+        elif args.command == "keep":
+            for record in keep(args.out, args.records):
+                print(f"kept {record}")
         else:
-            parser.error("choose a command (run, all, table) or --smoke")
+            parser.error("choose a command (run, all, table, keep) or --smoke")
     except TrainingError as error:
         raise SystemExit(str(error)) from None
 

@@ -1,6 +1,8 @@
 """The Pathfinder study: its global paths against references, its runs through the training code train.py runs,
 resumed and skipped as their folders say, and its table."""
 
+import shutil
+
 import pytest
 import timm
 import torch
@@ -9,7 +11,15 @@ from conftest import randomize_pde
 import iris_timm.training
 from benchmarks import pathfinder_study as study
 from iris_timm.layers import create_cdr
-from iris_timm.training.run_folder import CHECKPOINTS, METRICS, SUMMARY, TRAIN_CONFIG, Evaluation, read_summary
+from iris_timm.training.run_folder import (
+    CHECKPOINTS,
+    METRICS,
+    SUMMARY,
+    TRAIN_CONFIG,
+    Evaluation,
+    read_evaluations,
+    read_summary,
+)
 
 
 def test_the_dynamic_operator_is_the_operator_with_each_samples_coefficients():
@@ -94,3 +104,22 @@ def test_the_table_gives_accuracy_by_samples_and_the_samples_to_the_target():
     assert "| 9 | frame | 0 | 51.0 | 53.0 | 55.0 | – | 300 |" in text
     assert "| 9 | cdr | 1 | 50.0 | 52.0 | 60.0 | 120k | 300 |" in text
     assert "| 9 | cdr | 2 | 59.0 ± 1.4 | 60.5 ± 0.7 |" in text
+
+
+def test_a_kept_record_resumes_an_unfinished_run_in_another_folder(smoke_runs, tmp_path):
+    runs = smoke_runs[0]
+    unfinished = tmp_path / "runs" / "length9" / "frame" / "seed0"
+    shutil.copytree(runs / "length9" / "frame" / "seed0", unfinished)
+    (unfinished / SUMMARY).unlink()  # as if stopped after its last checkpoint
+    records = tmp_path / "records"
+    assert study.keep(tmp_path / "runs", records) == [records / "length9" / "frame" / "seed0"]
+    assert sorted(p.name for p in (records / "length9" / "frame" / "seed0").iterdir()) == [
+        "checkpoint",
+        METRICS,
+        TRAIN_CONFIG,
+    ]
+    fresh = tmp_path / "elsewhere"
+    study.run("frame", 9, 0, 192, runs.parent / "data", fresh, eval_samples=64, records=records)
+    resumed = fresh / "length9" / "frame" / "seed0"
+    assert read_summary(resumed).steps == 3
+    assert [e.step for e in read_evaluations(resumed)] == [1, 2, 3]  # the record's two, then the resumed one
