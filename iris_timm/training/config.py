@@ -12,7 +12,7 @@ import torch
 from .clock import PACE_STEPS
 from .data import LOADERS, dataset_kind
 from .errors import TrainingError
-from .recipes import parse_recipe
+from .recipes import BARE, parse_recipe
 from .run_folder import TRAINER_STATE
 
 __all__ = ["RESUMABLE_CHANGES", "Config", "parse_config", "validate"]
@@ -75,7 +75,7 @@ class Config:
     # run
     output_dir: str = "output/digits"
     seed: int = 0
-    resume: str | None = None  # "auto" (latest checkpoint in output_dir) or a checkpoint folder
+    resume: str | None = field(default=None, metadata={BARE: "auto"})  # "auto" (bare --resume) or a checkpoint folder
     overwrite: bool = False  # clear an output_dir that holds another run (otherwise such a folder is refused)
     checkpoint_every: int | None = None  # steps; a checkpoint is also written after each epoch
     keep_checkpoints: int = 2

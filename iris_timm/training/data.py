@@ -10,7 +10,8 @@ read it:
   device by :class:`iris_timm.training.memory_data.BatchAugment`, the small-image path.
 
 Both draw each sample's augmentation from ``(seed, epoch, index)`` alone, so a resumed run, another process or
-another worker augments sample ``i`` of epoch ``e`` the same way. ``cfg`` below is train.py's ``Config``.
+another worker augments sample ``i`` of epoch ``e`` the same way. ``cfg`` below is a run's
+:class:`~iris_timm.training.config.Config`.
 """
 
 import dataclasses
@@ -19,7 +20,7 @@ import os
 import random
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import PIL
@@ -34,6 +35,9 @@ from torchvision.transforms import Compose
 
 from .errors import TrainingError
 from .memory_data import BatchAugment, ImageTensorDataset, UnreadableImage, decode_images
+
+if TYPE_CHECKING:  # config.py reads this module's LOADERS and dataset_kind
+    from .config import Config
 
 __all__ = [
     "LOADERS",
@@ -75,7 +79,7 @@ def digits_dataset() -> DatasetDict:
     return DatasetDict(train=split["train"], validation=split["test"])
 
 
-def local_copy(cfg):
+def local_copy(cfg: "Config"):
     """``cfg``, its dataset read from a local copy where there is one: a dataset that is no local path (a Hub id, or a
     recipe's data folder that is missing) is read from ``$IRIS_TIMM_DATA/<its last part>`` when that folder exists
     (``uoft-cs/cifar10``: ``$IRIS_TIMM_DATA/cifar10``). The run then records the copy it read."""
@@ -89,7 +93,7 @@ def local_copy(cfg):
     return dataclasses.replace(cfg, dataset=str(copy))
 
 
-def dataset_kind(cfg) -> str:
+def dataset_kind(cfg: "Config") -> str:
     """How ``cfg.dataset`` is read: ``"digits"``, ``"parquet"`` (a file, or a folder of one file per split),
     ``"images"`` (an image folder) or ``"hub"``. A local path that is missing, or holds nothing train.py reads, is
     refused, saying what train.py reads, or where the data come from when the recipe says (``data_source``)."""
@@ -115,7 +119,7 @@ def dataset_kind(cfg) -> str:
     return "hub"
 
 
-def _from_hub(cfg) -> DatasetDict:
+def _from_hub(cfg: "Config") -> DatasetDict:
     """A Hub dataset; the user is told first that no local path has this name (a mistyped relative path looks like
     a Hub id ``ORG/NAME``)."""
     print(f"dataset: no local file or folder {cfg.dataset}; loading the Hub dataset {cfg.dataset!r}.")
@@ -129,7 +133,7 @@ def _from_hub(cfg) -> DatasetDict:
         ) from None
 
 
-def _image_folder(cfg, root: Path) -> DatasetDict:
+def _image_folder(cfg: "Config", root: Path) -> DatasetDict:
     """An image folder, its classes named by its subfolders."""
     check_class_folders(root)
     splits = load_dataset("imagefolder", data_dir=str(root))
@@ -142,7 +146,7 @@ def _image_folder(cfg, root: Path) -> DatasetDict:
     return splits
 
 
-def load_splits(cfg) -> tuple[Any, Any]:
+def load_splits(cfg: "Config") -> tuple[Any, Any]:
     """The (train, validation) splits of the embedded digits, a local path or the Hub, their columns checked. The
     validation split is ``val_split``, else the dataset's own (:data:`VAL_SPLITS`), else held out of the training
     split (:func:`hold_out`)."""
@@ -173,7 +177,7 @@ def load_splits(cfg) -> tuple[Any, Any]:
     return splits[cfg.train_split], splits[val_name]
 
 
-def hold_out(cfg, train) -> tuple[Any, Any]:
+def hold_out(cfg: "Config", train) -> tuple[Any, Any]:
     """``val_fraction`` of the training split held out for validation: the same rows for every seed, and each class
     its share where the labels are a ClassLabel with two images or more a class (CIFAR-10's 50,000 training images:
     45,000 and 5,000, 500 of each class)."""
@@ -202,7 +206,7 @@ def check_class_folders(root: Path) -> None:
         )
 
 
-def recipe_image_column(cfg, dataset):
+def recipe_image_column(cfg: "Config", dataset):
     """The dataset with its images under the recipe's ``image_column``: a dataset in train.py's own layout (an
     ``image`` column, as the local copies have) is read whatever the recipe names, so a recipe written for a Hub
     dataset's column (CIFAR-10's ``img``) reads a local copy as well."""
@@ -212,7 +216,7 @@ def recipe_image_column(cfg, dataset):
     return dataset
 
 
-def check_columns(cfg, dataset) -> None:
+def check_columns(cfg: "Config", dataset) -> None:
     """The image and label columns the recipe names exist (a streamed split may not know its columns)."""
     columns = dataset.column_names
     for key in ("image_column", "label_column"):
@@ -230,7 +234,7 @@ def decoded_images(dataset, column: str):
     return dataset
 
 
-def classes(cfg, train_data) -> tuple[list[str] | None, int]:
+def classes(cfg: "Config", train_data) -> tuple[list[str] | None, int]:
     """The class names (None when the labels are plain integers) and the number of classes."""
     feature = train_data.features[cfg.label_column] if train_data.features else None
     names = feature.names if isinstance(feature, ClassLabel) else None
@@ -259,7 +263,7 @@ def classes(cfg, train_data) -> tuple[list[str] | None, int]:
 # ----------------------------------------------------------------------------- preprocessing
 
 
-def preprocessing(cfg, model: torch.nn.Module) -> dict:
+def preprocessing(cfg: "Config", model: torch.nn.Module) -> dict:
     """The model's own preprocessing (mean, std, interpolation) at the recipe's size and crop. It becomes part of the
     model's pretrained_cfg, so the exported folder tells users (and transformers' image processor) how its inputs
     were prepared. A one-channel model (``in_chans: 1``) reads greyscale images, normalised by the mean of the
@@ -336,7 +340,7 @@ def unreadable_message(dataset: Dataset, column: str, index: int, error: Excepti
 # ----------------------------------------------------------------------------- loaders
 
 
-def choose_loader(cfg, train_data, data_config: dict) -> str:
+def choose_loader(cfg: "Config", train_data, data_config: dict) -> str:
     """``cfg.loader``, with ``"auto"`` resolved: the memory path where the split fits in memory and the recipe asks
     only for what it does (crops, flips, normalisation at crop_pct 1), otherwise timm's per-image transforms."""
     lacks = [
@@ -378,7 +382,7 @@ class Batches:
         return self.augment.to(images.device)(images, indices, self.epoch), targets
 
 
-def pil_loaders(cfg, data_config: dict, train_data, val_data, shuffle: bool, drop_last: bool):
+def pil_loaders(cfg: "Config", data_config: dict, train_data, val_data, shuffle: bool, drop_last: bool):
     """timm's per-image transforms, seeded per sample (streamed: transformed on the fly, shuffled with a buffer)."""
     augment = dict(scale=cfg.scale, hflip=cfg.hflip, vflip=cfg.vflip, color_jitter=cfg.color_jitter or None)
     augment |= dict(auto_augment=cfg.auto_augment, re_prob=cfg.reprob)
@@ -404,7 +408,7 @@ def pil_loaders(cfg, data_config: dict, train_data, val_data, shuffle: bool, dro
     return train_loader, DataLoader(val_set, **kwargs), Batches(train_set), Batches(val_set)
 
 
-def memory_loaders(cfg, data_config: dict, train_data, val_data, shuffle: bool, drop_last: bool):
+def memory_loaders(cfg: "Config", data_config: dict, train_data, val_data, shuffle: bool, drop_last: bool):
     """The splits decoded once into uint8 tensors (cached beside the datasets cache), batches of rows augmented on
     the training device."""
     channels, height, width = data_config["input_size"]
@@ -431,7 +435,7 @@ def memory_loaders(cfg, data_config: dict, train_data, val_data, shuffle: bool, 
     return train_loader, DataLoader(val_set, **kwargs), Batches(train_set, augment), Batches(val_set, normalise)
 
 
-def make_loaders(cfg, data_config: dict, train_data, val_data):
+def make_loaders(cfg: "Config", data_config: dict, train_data, val_data):
     """The training and validation loaders, and the :class:`Batches` that turn each one's batches into model inputs.
     Mixup needs batches of an even size: the last, partial one is then dropped."""
     make = memory_loaders if choose_loader(cfg, train_data, data_config) == "memory" else pil_loaders

@@ -7,6 +7,7 @@ Every value is checked against its field's type, and every unknown key or flag i
 """
 
 import argparse
+import dataclasses
 import difflib
 import json
 import types
@@ -18,7 +19,9 @@ import yaml
 
 from .errors import TrainingError
 
-__all__ = ["parse_recipe"]
+__all__ = ["BARE", "parse_recipe"]
+
+BARE = "bare"  # a field's metadata key: the value its flag takes when given bare (``--resume`` means "auto")
 
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
@@ -89,12 +92,13 @@ def parse_recipe(settings: type, argv: list[str] | None = None, description: str
     """The values set for the dataclass ``settings`` by ``--config FILE`` and the other flags of ``argv``, typed;
     fields set nowhere are left out (they keep their defaults)."""
     annotations = typing.get_type_hints(settings)
+    bare = {f.name: f.metadata[BARE] for f in dataclasses.fields(settings) if BARE in f.metadata}
     defaults = settings()
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="YAML recipe (see configs/)")
     for name, annotation in annotations.items():
-        # A bare --resume continues from the latest checkpoint; a bare boolean flag means true (--overwrite).
-        const = "auto" if name == "resume" else "true" if annotation is bool else None
+        # A bare flag means its field's BARE value, or true for a boolean (--overwrite).
+        const = bare.get(name, "true" if annotation is bool else None)
         parser.add_argument(
             "--" + name.replace("_", "-"), nargs="?" if const else None, const=const, default=argparse.SUPPRESS,
             help=f"default: {getattr(defaults, name)!r}",
