@@ -34,6 +34,7 @@ per contour length, named by it (``pathfinder64_length9``, ``pathfinder64_length
 import argparse
 import dataclasses
 import json
+import shlex
 import shutil
 import signal
 import statistics
@@ -438,6 +439,28 @@ def table(results: list[RunResult], samples: int, eval_samples: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def results_page(text: str, out: Path, argv: list[str] | None) -> str:
+    """The table with what it shows, the command of every finished run, and the command that made it."""
+    commands = [summary.command for p in sorted(out.glob("length*/*/seed*")) if (summary := read_summary(p))]
+    lines = [
+        "# Pathfinder study: operator variants in a CNN frame",
+        "",
+        "Validation top-1 (%) of each run every 40k training samples (batch 64, one CPU thread a run), the samples at",
+        f"which it first reaches {TARGET_TOP1:.0f} % and its seconds of training (two runs at a time on a 2-core",
+        "machine that other work shared at times: a rough cost, not a benchmark); then mean ± sample standard",
+        "deviation over seeds. Runs in progress show what they have reached.",
+        "",
+        text,
+        "The finished runs (unfinished ones resume with `all --records`):",
+        "",
+        "```bash",
+        *commands,
+        "python -m benchmarks.pathfinder_study " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "```",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 # ----------------------------------------------------------------------------- smoke
 
 
@@ -524,7 +547,7 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "table":
             text = table(read_results(args.out), args.samples, args.eval_samples)
             if args.results:
-                write_text(args.results, text)
+                write_text(args.results, results_page(text, args.out, argv))
             print(text)
         elif args.command == "keep":
             for record in keep(args.out, args.records):
