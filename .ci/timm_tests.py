@@ -70,7 +70,7 @@ def main(pytest_args: list[str]) -> int:
         add_to_feature_tests(source / "tests" / "test_models.py", iris_modules())
         report = Path(tmp) / "report.xml"
         command = [sys.executable, "-m", "pytest", "tests/test_models.py", "-k", "iris", "-p", "iris_timm"]
-        command += ["-p", "no:cacheprovider", "-q", "-W", "ignore::pytest.PytestUnknownMarkWarning"]
+        command += ["-p", "no:cacheprovider", "-q", "-W", "ignore::pytest.PytestUnknownMarkWarning", "-n", "2"]
         result = subprocess.run([*command, f"--junitxml={report}", *pytest_args], cwd=source, check=False)
         untested = sorted(set(iris_models()) - tested_models(report)) if report.is_file() else iris_models()
         print(f"timm {timm_version} model tests on {iris_models()}: {time.perf_counter() - start:.0f} s")
