@@ -2,7 +2,7 @@
 
     python train.py                                         # embedded default: digits, a few CPU minutes
     python train.py --config configs/cifar10.yaml
-    accelerate launch --multi_gpu train.py --config configs/in1k_s.yaml --mixed-precision bf16
+    accelerate launch --config_file configs/accelerate/multi_gpu.yaml train.py --config configs/in1k_s.yaml
     python train.py --config configs/finetune_cifar10.yaml --pretrained local-dir:output/digits
 
 Every field of `Config` is a YAML key and a command-line flag (`batch_size` is `--batch-size`); the command line
@@ -12,7 +12,9 @@ names another model (`model_kwargs: {}` clears them). `--model-kwargs` on the co
 
 The run folder (`--output-dir`) holds train_config.yaml, metrics.jsonl, checkpoints/step_<N>/, best/, the exported
 model and summary.json (see iris_timm/training/run_folder.py). One run per folder, held by a lock; a run resumes
-bitwise. The training itself is iris_timm.training.fit; this script is its command line.
+bitwise. Ctrl-C (SIGINT) or SIGTERM stops it after the step it is in, with a checkpoint there, and says how to
+continue; a second Ctrl-C stops it at once. The training itself is iris_timm.training.fit; this script is its
+command line.
 """
 
 import sys
@@ -20,15 +22,20 @@ import sys
 from accelerate import PartialState
 
 from iris_timm.training import Config, Summary, TrainingError, WrongLaunch, fit, parse_config
+from iris_timm.training.data import LOCAL_DATA
 from iris_timm.training.launch import speaks_for_launch, stop_launcher
 
 
 def next_steps(output_dir: str) -> str:
-    """Where the trained model is, and the commands that load and fine-tune it."""
+    """Where the trained model is, and the commands that load and fine-tune it (the recipe's data from the Hub, or
+    from a local copy)."""
+    under = " " * 16  # the fine-tuning command's notes, under it
     return (
         f"The model is in {output_dir}/ (model.safetensors, config.json and its card, README.md). Next:\n"
         f"  load it:      python -c \"import iris_timm; print(iris_timm.from_pretrained('{output_dir}'))\"\n"
-        f"  fine-tune it: python train.py --config configs/finetune_cifar10.yaml --pretrained local-dir:{output_dir}"
+        f"  fine-tune it: python train.py --config configs/finetune_cifar10.yaml --pretrained local-dir:{output_dir}\n"
+        f"{under}It downloads CIFAR-10 from the Hub. Offline: save CIFAR-10 as DIR/cifar10/train.parquet where the\n"
+        f"{under}Hub is reachable (docs/training.md, Data), then prefix the command with {LOCAL_DATA}=DIR."
     )
 
 

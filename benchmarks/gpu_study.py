@@ -23,8 +23,9 @@ Parts, each written to ``results.json`` and ``results.md`` in ``--out`` as soon 
 The plan comes first: the seconds of each part, the Pathfinder runs estimated from their samples and a stated pace
 per variant (``Settings.step_s``; the results give each run's measured images/s). It takes every variant at contour
 length 9 with seeds 0 and 1, then lengths 6 and 14 as the budget allows, longest runs first, and refuses to start
-if even the first groups exceed ``--budget-s``. Runs still going when the budget runs out are stopped as Ctrl-C stops
-them, keeping their evaluations, and runs not yet started are skipped: the table shows how far each got.
+if even the first groups exceed ``--budget-s``. Runs still going when the budget runs out are stopped by SIGTERM,
+each with a checkpoint of its last step and its evaluations, and runs not yet started are skipped: the table shows
+how far each got.
 
 The machine may be offline: it needs the checkout, ``output/pathfinder64.npz`` and, where PyTorch's image lacks
 ``datasets``, the wheels in ``output/wheels`` (installed with ``pip install --no-index --no-deps --target``).

@@ -11,7 +11,8 @@ so every variant starts as the frame alone and the global path enters as its gai
 - ``cdr``: the iris operator (content modes up to 6): a smooth, shifted blur per channel;
 - ``cdr_full``: the operator on every mode of the grid (``modes=0``): narrow kernels, long learned shifts;
 - ``cdr_dynamic``: the operator with per-sample coefficients (diffusion, velocity, reaction, time) computed from the
-  block's pooled input; still diagonal in the Fourier basis and linear in the pixels;
+  block's pooled input (``iris_timm.layers.DynamicConvectionDiffusionReaction2d``, the model option
+  ``pde_dynamic``); still diagonal in the Fourier basis and linear in the pixels;
 - ``spectral``: a free learned filter per channel on the grid's Fourier modes (GFNet's global filter, periodic).
 
 Budgets are in samples, equal for every variant; accuracy on the validation split every 40k samples. Every run
@@ -54,7 +55,7 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from torch import nn
 
 from iris_timm.files import write_text
-from iris_timm.layers.cdr import ConvectionDiffusionReaction2d, _rotate
+from iris_timm.layers import create_cdr
 from iris_timm.training import TrainingError, fit, parse_config
 from iris_timm.training.run_folder import (
     CHECKPOINTS,
@@ -81,42 +82,13 @@ RECORDS = Path("model_cards/pathfinder_study/runs")  # the runs' records, kept w
 SAMPLES = 400_000  # per run, every variant
 EVAL_SAMPLES = 40_000  # between evaluations
 TARGET_TOP1 = 60.0  # the table gives the samples at which a run first reaches this
+# A run's figure: the mean of every evaluation (every 40k samples and at each epoch's end) in its last 80k samples.
+# At a constant learning rate with BatchNorm, evaluations a few steps apart differ by several points: one is not a
+# figure.
+FIGURE_SAMPLES = 80_000
 
 
 # ----------------------------------------------------------------------------- global paths, channels-last
-
-
-class DynamicCDR(ConvectionDiffusionReaction2d):
-    """The operator with per-sample coefficients: a linear map of the input's spatial mean (zero at the start, so it
-    starts as the static operator) shifts each channel's log-diffusion, velocity, reaction and log-time."""
-
-    def __init__(self, channels: int, **kwargs: Any):
-        super().__init__(channels, **kwargs)
-        self.to_coefficients = nn.Linear(channels, 5 * channels)
-        nn.init.zeros_(self.to_coefficients.weight)
-        nn.init.zeros_(self.to_coefficients.bias)
-
-    def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:  # (B, H, W, C)
-        B, H, W, C = x.shape
-        d_log_d, d_vh, d_vw, d_r, d_log_t = self.to_coefficients(x.mean((1, 2))).view(B, 5, 1, C).unbind(1)
-        time = (self.log_time + d_log_t).exp()  # (B, 1, C)
-        rate = self.cutoff_diffusion + time * (self.log_diffusion + d_log_d).exp()
-        drift = time[:, None] * torch.stack((self.velocity[:, 0] + d_vh, self.velocity[:, 1] + d_vw), 1)  # (B,2,1,C)
-        coefficients = (rate, time * (self.reaction + d_r), drift)
-        fwd_h, inv_h, cos_h, sin_h = self.axis_operator(H, W, 0, x.device, coefficients)  # symbols (B, M, C)
-        fwd_w, inv_w, cos_w, sin_w = self.axis_operator(W, H, 1, x.device, coefficients)
-        kh, kw = fwd_h.shape[0], fwd_w.shape[0]
-        z = torch.matmul(fwd_h, x.reshape(B, H, W * C))  # (B, 2Mh, W*C)
-        z = torch.matmul(fwd_w, z.view(B * kh, W, C)).view(B, 2, kh // 2, 2, kw // 2, C)
-        z = _rotate(
-            z,
-            1,
-            torch.stack((cos_h, cos_h), 1)[:, :, :, None, None],
-            torch.stack((sin_h, -sin_h), 1)[:, :, :, None, None],
-        )
-        z = _rotate(z, 3, torch.stack((cos_w, cos_w), 1)[:, None, None], torch.stack((sin_w, -sin_w), 1)[:, None, None])
-        y = torch.matmul(inv_w, z.reshape(B * kh, kw, C))  # (B*2Mh, W, C)
-        return torch.matmul(inv_h, y.view(B, kh, W * C)).view(B, H, W, C)
 
 
 class SpectralFilter(nn.Module):
@@ -140,10 +112,8 @@ class SpectralFilter(nn.Module):
 def create_global_path(kind: str, channels: int, modes: int, grid: int) -> nn.Module | None:
     if kind == "none":
         return None
-    if kind == "cdr":
-        return ConvectionDiffusionReaction2d(channels, modes=modes)
-    if kind == "cdr_dynamic":
-        return DynamicCDR(channels, modes=modes)
+    if kind in ("cdr", "cdr_dynamic"):
+        return create_cdr(channels, dynamic=kind == "cdr_dynamic", modes=modes)
     if kind == "spectral":
         return SpectralFilter(channels, grid)
     raise ValueError(f"Unknown global_path {kind!r}; choose one of none, cdr, cdr_dynamic, spectral.")
@@ -324,7 +294,10 @@ def run_all(
     """The (length, seed, variant) runs in this order, ``jobs`` processes at a time, each logging to its folder's
     study.log; ``options`` are train.py options for every run (the recipe's one thread unless they say otherwise).
     With a ``deadline`` (``time.monotonic()``), a run not started by then is skipped and one still going is stopped
-    as Ctrl-C stops it, keeping its checkpoint and evaluations. Each run's exit status, None where skipped."""
+    as a job scheduler stops it, by SIGTERM: from its first step on it writes a checkpoint there and ends (143);
+    before, the signal ends it at once. (Not SIGINT: a process started in the background of a shell, or by a test
+    worker, inherits SIGINT ignored, and Python then drops one that comes before training sets its handler.) Each
+    run's exit status, None where skipped."""
 
     def one(key: tuple[int, int, str]) -> int | None:
         length, seed, variant = key
@@ -340,7 +313,7 @@ def run_all(
             try:
                 code = process.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
-                process.send_signal(signal.SIGINT)
+                process.send_signal(signal.SIGTERM)
                 code = process.wait()
         print(f"{folder}: exit {code}", flush=True)
         return code
@@ -373,8 +346,26 @@ class RunResult:
         """The samples at the first evaluation every ``every`` samples that reaches ``top1``."""
         return next((e.step * self.batch_size for e in self.every(every) if e.accuracy["top1"] >= top1), None)
 
+    def figure(self, samples: int) -> float | None:
+        """The study's figure at a budget of ``samples``: the mean top-1 of every evaluation from ``samples -
+        FIGURE_SAMPLES`` on; None until the run has reached the budget."""
+        if self.top1_at(samples) is None:
+            return None
+        start, end = (samples - FIGURE_SAMPLES) // self.batch_size, samples // self.batch_size
+        return statistics.fmean(e.accuracy["top1"] for e in self.evaluations if start <= e.step <= end)
+
+    def best(self, samples: int) -> float | None:
+        """The best top-1 of any evaluation within the budget."""
+        top1 = [e.accuracy["top1"] for e in self.evaluations if e.step <= samples // self.batch_size]
+        return max(top1, default=None)
+
     def seconds(self) -> float | None:
         return self.evaluations[-1].train_time_s if self.evaluations else None
+
+    def samples_per_s(self) -> float | None:
+        """Training samples a second, up to the last evaluation."""
+        last = self.evaluations[-1] if self.evaluations else None
+        return None if last is None or not last.train_time_s else last.step * self.batch_size / last.train_time_s
 
 
 def read_results(out: Path) -> list[RunResult]:
@@ -410,32 +401,41 @@ def _mean_sd(values: list[float]) -> str:
 
 
 def table(results: list[RunResult], samples: int, eval_samples: int) -> str:
-    """Markdown: every run's validation top-1 every ``eval_samples`` samples, the samples at which it first reaches
-    TARGET_TOP1 and its seconds of training; then each variant's mean ± sd over seeds at the budget."""
+    """Markdown: every run's validation top-1 every ``eval_samples`` samples, its figure (:meth:`RunResult.figure`),
+    the samples at which it first reaches TARGET_TOP1, its seconds of training and samples a second; then each
+    variant's figure, final and best top-1 as mean ± sd over the seeds that reached the budget."""
     points = list(range(eval_samples, samples + 1, eval_samples))
-    head = [_samples(p) for p in points]
+    at = _samples(samples)
     lines = [
-        "| length | variant | seed | " + " | ".join(head) + f" | samples to {TARGET_TOP1:.0f} % | train s |",
-        "|---:|---|---:|" + "---:|" * len(points) + "---:|---:|",
+        "| length | variant | seed | " + " | ".join(_samples(p) for p in points) + f" | figure at {at} | samples to "
+        f"{TARGET_TOP1:.0f} % | train s | samples/s |",
+        "|---:|---|---:|" + "---:|" * len(points) + "---:|---:|---:|---:|",
     ]
     order = {name: i for i, name in enumerate(VARIANTS)}
     results = sorted(results, key=lambda r: (r.length, order.get(r.variant, len(order)), r.seed))
     for r in results:
         reached = r.samples_to(TARGET_TOP1, eval_samples)
-        cells = [_cell(r.top1_at(p)) for p in points]
-        seconds = "–" if r.seconds() is None else f"{r.seconds():.0f}"
-        reached = "–" if reached is None else _samples(reached)
-        lines.append(f"| {r.length} | {r.variant} | {r.seed} | " + " | ".join(cells) + f" | {reached} | {seconds} |")
-    at = _samples(samples)
-    lines += ["", f"| length | variant | seeds at {at} | top-1 at {at} (%, mean ± sd) | best (%, mean ± sd) |"]
-    lines.append("|---:|---|---:|---:|---:|")
+        cells = [_cell(r.top1_at(p)) for p in points] + [_cell(r.figure(samples))]
+        cells += ["–" if reached is None else _samples(reached)]
+        cells += [
+            "–" if (v := r.seconds()) is None else f"{v:.0f}",
+            "–" if (v := r.samples_per_s()) is None else f"{v:.1f}",
+        ]
+        lines.append(f"| {r.length} | {r.variant} | {r.seed} | " + " | ".join(cells) + " |")
+    lines += ["", f"| length | variant | seeds at {at} | figure (%, mean ± sd) | top-1 at {at} | best |"]
+    lines.append("|---:|---|---:|---:|---:|---:|")
     groups: dict[tuple[int, str], list[RunResult]] = {}
     for r in results:
         groups.setdefault((r.length, r.variant), []).append(r)
     for (length, variant), runs in groups.items():
-        final = [v for r in runs if (v := r.top1_at(samples)) is not None]
-        best = [max(e.accuracy["top1"] for e in r.every(eval_samples)) for r in runs if r.top1_at(samples) is not None]
-        lines.append(f"| {length} | {variant} | {len(final)} | {_mean_sd(final)} | {_mean_sd(best)} |")
+        done = [r for r in runs if r.top1_at(samples) is not None]
+        figure, final, best = (
+            [f(r) for r in done]
+            for f in (lambda r: r.figure(samples), lambda r: r.top1_at(samples), lambda r: r.best(samples))
+        )
+        lines.append(
+            f"| {length} | {variant} | {len(done)} | {_mean_sd(figure)} | {_mean_sd(final)} | {_mean_sd(best)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -445,10 +445,13 @@ def results_page(text: str, out: Path, argv: list[str] | None) -> str:
     lines = [
         "# Pathfinder study: operator variants in a CNN frame",
         "",
-        "Validation top-1 (%) of each run every 40k training samples (batch 64, one CPU thread a run), the samples at",
-        f"which it first reaches {TARGET_TOP1:.0f} % and its seconds of training (two runs at a time on a 2-core",
-        "machine that other work shared at times: a rough cost, not a benchmark); then mean ± sample standard",
-        "deviation over seeds. Runs in progress show what they have reached.",
+        "Validation top-1 (%) of each run every 40k training samples (batch 64, one CPU thread a run); its figure, the",
+        f"mean of every evaluation in its last {_samples(FIGURE_SAMPLES)} samples (every 40k and at each epoch's end:",
+        "at a constant learning rate with BatchNorm, evaluations a few steps apart differ by several points); the",
+        f"samples at which it first reaches {TARGET_TOP1:.0f} %; its seconds of training and samples a second (two",
+        "runs at a time on a 2-core machine that other work shared at times: a rough cost, not a benchmark). Then each",
+        "variant's figure, final and best top-1 (any evaluation) as mean ± sample standard deviation over seeds.",
+        "Runs in progress show what they have reached.",
         "",
         text,
         "The finished runs (unfinished ones resume with `all --records`):",
@@ -554,8 +557,9 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"kept {record}")
         else:
             parser.error("choose a command (run, all, table, keep) or --smoke")
-    except TrainingError as error:
-        raise SystemExit(str(error)) from None
+    except TrainingError as error:  # one line, and a stopped run's status (143 after SIGTERM)
+        print(error, file=sys.stderr)
+        raise SystemExit(error.exit_code) from None
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ variants in ``model_cards/`` say what each variant is and how its recipe trains 
 
 import argparse
 import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -53,7 +54,11 @@ _BLOCKS = {
 
 
 def _block_description(model: IrisPDESSM) -> str:
-    return next(text for cls, text in _BLOCKS.items() if any(isinstance(m, cls) for m in model.modules()))
+    text = next(text for cls, text in _BLOCKS.items() if any(isinstance(m, cls) for m in model.modules()))
+    widths = "-".join(str(stage.blocks[0].fc2.in_features) for stage in model.stages if len(stage.blocks))
+    ratio = Fraction(model.expansion_ratio).limit_denominator(100)
+    rule = f"`int({ratio} · dim)` rounded up to a multiple of {model.multiple_of} (`multiple_of`)"
+    return f"{text} Hidden widths {widths}: {rule}."
 
 
 def _operator_description(model: IrisPDESSM) -> str | None:
@@ -170,7 +175,10 @@ Image classification (the recipe trains at 224×224), and feature extraction (`f
 {{ strides }}) for detection or segmentation heads. {% if not weights_published %}No weights are published yet:
 the architecture is for training from scratch with its recipe, below. {% endif %}What the block does was measured
 on small tasks (CIFAR-10 and Pathfinder) with the small `iris_pdessm_atto` beside timm peers: see
-[the studies]({{ studies }}). None of those numbers was measured on `{{ architecture }}`.
+[the studies]({{ studies }}). None of those numbers was measured on `{{ architecture }}`. What the operator is
+for, so far: with coefficients of its own for each sample (`pde_dynamic=True`) it adds 8.7 points to a CNN on
+Pathfinder at contour length 9 (75.1 ± 1.0 against 66.4 ± 2.4 %), where the static operator, this model's default,
+adds nothing.
 
 ## Training it
 

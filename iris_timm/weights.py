@@ -5,19 +5,34 @@ Loading never casts silently and never loads part of a model: ``check_weights`` 
 model (a missing or extra name, another shape), weights in another dtype than the model's, and weights holding NaN
 or infinity, naming what is wrong. It takes tensors, or the names, shapes and dtypes that ``safetensors_header``
 reads from a file's header without reading the tensors, so a file can be refused before it is read.
+
+timm's own loaders (``timm.create_model(..., pretrained=True)``) read the weights file before any model code sees it;
+an iris model names the file they are about to read (:func:`pretrained_weights_file`) and refuses it when truncated
+or corrupt (:func:`check_pretrained_file`), then checks the tensors they read in its ``checkpoint_filter_fn``.
 """
 
 import os
 from collections.abc import Collection, Mapping, Sequence
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import timm
 import torch
+from huggingface_hub import try_to_load_from_cache
 from safetensors import SafetensorError, safe_open
-from timm.models import get_model_traits
+from timm.models import get_model_traits, resolve_pretrained_cfg
 from torch import nn
 
-__all__ = ["TensorInfo", "check_weights", "check_weights_file", "keys_timm_adapts", "safetensors_header"]
+__all__ = [
+    "TensorInfo",
+    "check_pretrained_file",
+    "check_weights",
+    "check_weights_file",
+    "keys_timm_adapts",
+    "pretrained_weights_file",
+    "safetensors_header",
+    "weights_source",
+]
 
 
 class TensorInfo(NamedTuple):
@@ -40,6 +55,8 @@ SAFETENSORS_DTYPES = {
     "U8": torch.uint8,
     "BOOL": torch.bool,
 }
+# The weights file timm's local-dir: and hf-hub: loaders read first.
+WEIGHTS_FILE = "model.safetensors"
 # Arguments of timm.create_model that wrap the model into a feature extractor, whose names are not the weights'.
 FEATURE_ARGS = ("features_only", "out_indices", "feature_cls", "feature_cfg")
 
@@ -151,3 +168,49 @@ def check_weights_file(path: str | os.PathLike, model_name: str, **kwargs: objec
     kwargs = {key: value for key, value in kwargs.items() if key not in FEATURE_ARGS}
     reference = timm.create_model(model_name, **{**kwargs, "device": "meta"})
     check_weights(safetensors_header(path), reference, str(path), skip=keys_timm_adapts(reference))
+
+
+def pretrained_weights_file(
+    pretrained_cfg: Mapping[str, Any], cache_dir: str | os.PathLike | None = None
+) -> Path | None:
+    """The safetensors file timm's loader reads for a model's resolved ``pretrained_cfg``, where it can be named
+    before timm reads it: a ``local-dir:`` folder's ``model.safetensors``, a ``file=`` overlay's ``.safetensors``, or
+    a Hub repo's ``model.safetensors`` that the Hugging Face cache already holds. None otherwise (another format, or a
+    download still to come, which timm then makes whole)."""
+    source, file = pretrained_cfg.get("source"), pretrained_cfg.get("file")
+    if source == "local-dir" and file:
+        path = Path(file) / WEIGHTS_FILE
+        return path if path.is_file() else None
+    if source == "hf-hub" and pretrained_cfg.get("hf_hub_id"):
+        repo_id, _, revision = pretrained_cfg["hf_hub_id"].partition("@")
+        cached = try_to_load_from_cache(repo_id, WEIGHTS_FILE, cache_dir=cache_dir, revision=revision or None)
+        return Path(cached) if isinstance(cached, str) else None
+    if file and not pretrained_cfg.get("state_dict") and str(file).endswith(".safetensors"):
+        return Path(file)
+    return None
+
+
+def weights_source(pretrained_cfg: Mapping[str, Any]) -> str:
+    """What to call the weights timm loaded for a model with this ``pretrained_cfg``, in an error: the file where
+    there is one (a ``local-dir:`` folder's ``model.safetensors``), else the Hub repo or the architecture."""
+    if pretrained_cfg.get("source") == "local-dir" and pretrained_cfg.get("file"):
+        return str(Path(pretrained_cfg["file"]) / WEIGHTS_FILE)
+    named = pretrained_cfg.get("file") or pretrained_cfg.get("hf_hub_id")
+    return str(named) if named else f"the weights of {pretrained_cfg.get('architecture', 'the model')}"
+
+
+def check_pretrained_file(
+    variant: str,
+    pretrained_cfg: str | Mapping[str, Any] | None = None,
+    pretrained_cfg_overlay: Mapping[str, Any] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    **model_kwargs: object,
+) -> None:
+    """Refuse, naming it, a truncated or corrupt safetensors file that ``timm.create_model(..., pretrained=True)`` is
+    about to read for the model ``variant``: a model's entry point calls it with the arguments timm passed it (the
+    ``model_kwargs`` are not used) before timm's loader runs, which would end in safetensors' error without the
+    file's name. Only the header is read."""
+    resolved = resolve_pretrained_cfg(variant, pretrained_cfg, dict(pretrained_cfg_overlay or {})).to_dict()
+    path = pretrained_weights_file(resolved, cache_dir)
+    if path is not None:
+        safetensors_header(path)

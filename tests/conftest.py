@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import iris_timm  # noqa: F401  (registers the iris_* models)
-from iris_timm.layers import ConvectionDiffusionReaction2d
+from iris_timm.layers import ConvectionDiffusionReaction2d, DynamicConvectionDiffusionReaction2d
 from iris_timm.training.data import LOCAL_DATA
 from iris_timm.training.run_folder import Summary
 
@@ -33,7 +33,8 @@ def tiny_model(seed: int = 0, **kwargs) -> nn.Module:
 
 @torch.no_grad()
 def randomize_pde(module: nn.Module, seed: int = 0) -> nn.Module:
-    """Draw the velocity, reaction and time of every PDE operator in ``module``, and set layer scales to 0.5.
+    """Draw the velocity, reaction and time of every PDE operator in ``module`` (and the per-sample operators'
+    coefficient maps), and set layer scales to 0.5.
 
     At initialisation velocity and reaction are zero and layer scales tiny, so a test comparing two computations
     of the output would not see convection, reaction or the blocks at all."""
@@ -43,6 +44,9 @@ def randomize_pde(module: nn.Module, seed: int = 0) -> nn.Module:
             m.velocity.copy_(0.2 * torch.randn(m.velocity.shape, generator=generator))
             m.reaction.copy_(0.3 * torch.randn(m.reaction.shape, generator=generator))
             m.log_time.copy_(0.3 * torch.randn(m.log_time.shape, generator=generator))
+        if isinstance(m, DynamicConvectionDiffusionReaction2d):
+            weight = m.to_coefficients.weight
+            weight.copy_(torch.randn(weight.shape, generator=generator) / weight.shape[1] ** 0.5)
         if isinstance(getattr(m, "gamma", None), nn.Parameter):
             m.gamma.fill_(0.5)
     return module

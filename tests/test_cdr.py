@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import randomize_pde
 
 from iris_timm.layers import CUTOFF_DAMPING, ConvectionDiffusionReaction2d, create_cdr
 
@@ -307,3 +308,66 @@ def test_an_operator_run_in_inference_mode_then_trains_on_the_same_grid(grid):
     x_script = x.detach().clone().requires_grad_()
     torch.jit.script(op)(x_script).sum().backward()
     torch.testing.assert_close(x.grad, x_script.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("grid, modes, num_heads", [((24, 17), 4, None), ((9, 12), 3, 2), ((20, 20), 0, None)])
+def test_per_sample_coefficients_are_each_samples_own_operator(grid, modes, num_heads):
+    """Coefficients from per-sample shifts: each sample's output, and the gradients of the input and of its shifts,
+    are those of a static operator whose parameters carry that sample's shifts."""
+    op = create_cdr(4, num_heads=num_heads, modes=modes)
+    randomize(op, seed=10)
+    heads = op.num_heads
+    x = torch.randn(3, *grid, 4, requires_grad=True)
+    shifts = (0.3 * torch.randn(3, 5, heads)).requires_grad_()
+    projection = torch.randn(3, *grid, 4)
+    y = op.apply_nhwc(x, op.coefficients(shifts))
+    grad_x, grad_shifts = torch.autograd.grad(y, (x, shifts), projection)
+    for b in range(3):
+        static = create_cdr(4, num_heads=num_heads, modes=modes)
+        with torch.no_grad():
+            static.log_diffusion.copy_(op.log_diffusion + shifts[b, 0])
+            static.velocity.copy_(op.velocity + shifts[b, 1:3].t())
+            static.reaction.copy_(op.reaction + shifts[b, 3])
+            static.log_time.copy_(op.log_time + shifts[b, 4])
+        x_b = x[b : b + 1].detach().requires_grad_()
+        y_b = static(x_b)
+        params = (static.log_diffusion, static.velocity, static.reaction, static.log_time)
+        grads = torch.autograd.grad(y_b, (x_b, *params), projection[b : b + 1])
+        want_shifts = torch.stack((grads[1], grads[2][:, 0], grads[2][:, 1], grads[3], grads[4]))  # (5, heads)
+        torch.testing.assert_close(y[b], y_b[0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(grad_x[b], grads[0][0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(grad_shifts[b], want_shifts, rtol=1e-4, atol=1e-5)
+
+
+def test_the_dynamic_operator_is_the_operator_with_each_samples_coefficients():
+    torch.manual_seed(0)
+    dynamic = randomize_pde(create_cdr(6, dynamic=True, modes=3))
+    torch.nn.init.normal_(dynamic.to_coefficients.weight, std=0.3)
+    x = torch.randn(2, 20, 18, 6)  # (B, H, W, C)
+    shifts = dynamic.to_coefficients(x.mean((1, 2))).tanh().view(2, 5, 6).detach()
+    for b in range(2):
+        static = create_cdr(6, modes=3)
+        static.load_state_dict({k: v for k, v in dynamic.state_dict().items() if not k.startswith("to_coeff")})
+        with torch.no_grad():
+            static.log_diffusion += shifts[b, 0]
+            static.velocity += shifts[b, 1:3].t()
+            static.reaction += shifts[b, 3]
+            static.log_time += shifts[b, 4]
+        torch.testing.assert_close(dynamic(x)[b], static(x[b : b + 1])[0], atol=1e-5, rtol=1e-4)
+
+
+def test_the_dynamic_operators_shifts_are_bounded_so_its_symbol_stays_finite():
+    """A block input of the study's size and scale (batch 64, 32x32, 32 channels, channel means near 4, as the
+    frame's residual stream reaches) through a coefficient map that has grown: unbounded, its shifts put a sample's
+    log-gain t (r + dr) past float32's exp range and the output is not finite; bounded, output and gradients are."""
+    torch.manual_seed(0)
+    dynamic = create_cdr(32, dynamic=True, modes=6)
+    with torch.no_grad():
+        dynamic.to_coefficients.weight.fill_(0.04)  # every shift 0.04 * 32 * 4 = 5.1 at a channel mean of 4
+    x = (4.0 + torch.randn(64, 32, 32, 32)).requires_grad_()  # (B, H, W, C)
+    raw = dynamic.to_coefficients(x.mean((1, 2))).view(64, 5, 32)
+    unbounded = create_cdr(32, modes=6).apply_nhwc(x, dynamic.coefficients(raw))  # the same operator, shifts unbounded
+    assert not unbounded.isfinite().all()
+    y = dynamic(x)
+    grads = torch.autograd.grad(y.square().mean(), (x, *dynamic.parameters()))
+    assert y.isfinite().all() and all(g.isfinite().all() for g in grads)

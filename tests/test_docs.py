@@ -1,18 +1,21 @@
 """The README's and docs/' code blocks, checked: ```python and ```bash run blocks run twice in a row (in a scratch
 folder, in the order of their file, bash with the virtual environment active, each file's Python blocks in one
-session), as a reader who pastes them twice would; ```bash blocks, too long to run here, must name only recipes,
+session), as a reader who pastes them twice would, and a Python expression whose comment starts with a value (``x.shape
+# (1, 10): ...``) must have that value; ```bash blocks, too long to run here, must name only recipes,
 files, modules and train.py flags that exist; ```python no-run blocks (the Hub's network calls) must compile and
 import what exists. A block with any other tag (``text``) is sample output; an untagged block fails."""
 
 import ast
 import dataclasses
 import importlib.util
+import io
 import os
 import re
 import shlex
 import subprocess
 import sys
 import textwrap
+import tokenize
 from pathlib import Path
 from typing import NamedTuple
 
@@ -141,6 +144,41 @@ def activated_environment() -> dict[str, str]:
     return dict(os.environ, VIRTUAL_ENV=str(bin_dir.parent), PATH=path, OMP_NUM_THREADS="1")
 
 
+def shown_value(comment: str) -> object:
+    """The value a comment starts with (``(1, 10): the logits`` shows ``(1, 10)``), or ``Ellipsis`` if none."""
+    try:
+        return ast.literal_eval(comment.split(": ")[0])
+    except (ValueError, SyntaxError):
+        return ...
+
+
+def plain(value: object) -> object:
+    """``value`` with torch.Size and tuples as tuples and lists as lists, to compare with a literal."""
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return tuple(plain(item) for item in value) if isinstance(value, tuple) else value
+
+
+def exec_checking_values(code: str, where: str, namespace: dict) -> list[str]:
+    """Run ``code`` a statement at a time in ``namespace``; an expression whose line's comment starts with a value
+    must evaluate to it. Returns the comments so checked."""
+    comments = {
+        token.start[0]: token.string.lstrip("#").strip()
+        for token in tokenize.generate_tokens(io.StringIO(code).readline)
+        if token.type == tokenize.COMMENT
+    }
+    checked = []
+    for node in ast.parse(code).body:
+        shown = shown_value(comments.get(node.end_lineno, ""))
+        if isinstance(node, ast.Expr) and shown is not ...:
+            value = plain(eval(compile(ast.Expression(node.value), where, "eval"), namespace))
+            assert value == shown, f"{where}:{node.lineno} is {value}, where its comment shows {shown}"
+            checked.append(comments[node.end_lineno])
+        else:
+            exec(compile(ast.Module([node], type_ignores=[]), where, "exec"), namespace)
+    return checked
+
+
 def run_block(block: CodeBlock, folder: Path, namespace: dict, where: str) -> None:
     """Run a ```bash run block in a shell in ``folder``, a ```python block in the session ``namespace``."""
     if block.tag == "bash run":
@@ -156,7 +194,7 @@ def run_block(block: CodeBlock, folder: Path, namespace: dict, where: str) -> No
         assert result.returncode == 0, f"{where} ended with exit status {result.returncode}:\n{result.stderr[-3000:]}"
         return
     try:
-        exec(compile(block.code, where, "exec"), namespace)
+        exec_checking_values(block.code, where, namespace)
     except Exception as error:
         raise AssertionError(f"{where} raised {error!r}") from error
 
@@ -202,3 +240,26 @@ def test_the_tests_the_docs_name_exist():
     for path in [*DOCS, ROOT / "CHANGELOG.md"]:
         named = set(re.findall(r"\b(test_\w+)", path.read_text())) - {path.stem for path in tests}
         assert named <= defined, f"{path.name} names tests that do not exist: {sorted(named - defined)}"
+
+
+def test_the_readme_shows_the_layouts_forward_intermediates_returns():
+    """NCHW intermediates and an NHWC final map, as timm's MambaOut: the README's comments show both, checked."""
+    block = next(block for block in blocks(ROOT / "README.md", "python") if "forward_intermediates(" in block)
+    checked = exec_checking_values(block, "README.md", {})
+    assert any("NHWC" in comment for comment in checked) and any("NCHW" in comment for comment in checked), checked
+
+
+def test_a_value_comment_that_is_wrong_fails_naming_its_line():
+    code = "import torch\nx = torch.zeros(2, 3)\nx.shape  # (2, 3): right\nx.T.shape  # (2, 3): wrong\n"
+    with pytest.raises(AssertionError, match=r"guide\.md:4 is \(3, 2\), where its comment shows \(2, 3\)"):
+        exec_checking_values(code, "guide.md", {})
+
+
+def test_train_py_shows_the_commands_the_readme_gives():
+    """The usage lines of train.py's docstring (its --help) are commands of the README, flags and files that exist."""
+    usage = [line.split("#")[0].strip() for line in train.__doc__.splitlines()]
+    usage = [line for line in usage if line.startswith(("python train.py", "accelerate launch"))]
+    readme = {command.strip() for block in blocks(ROOT / "README.md", "bash") for command in shell_commands(block)}
+    readme = {command.split("#")[0].strip() for command in readme}
+    assert usage and set(usage) <= readme, sorted(set(usage) - readme)
+    assert not missing_names("\n".join(usage))

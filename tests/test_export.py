@@ -45,11 +45,13 @@ def iris_to_onnx(model: torch.nn.Module, path: Path) -> None:
     to_onnx(model, path, (3, 64, 64), dynamic_size=True)
 
 
-@pytest.mark.parametrize("export", [iris_to_onnx, timm_onnx_export])
-def test_onnx_with_a_free_size_matches_pytorch_at_every_size(export, tmp_path):
+@pytest.mark.parametrize(
+    ("export", "pde_dynamic"), [(iris_to_onnx, False), (timm_onnx_export, False), (iris_to_onnx, True)]
+)
+def test_onnx_with_a_free_size_matches_pytorch_at_every_size(export, pde_dynamic, tmp_path):
     """Traced at 64², the graph builds the operator's transforms from the input's size: exact at other sizes, so the
-    tracer has nothing to warn about (the input checks add nothing to the graph)."""
-    model = randomize_pde(tiny_model(num_classes=10))
+    tracer has nothing to warn about (the input checks add nothing to the graph); per-sample operators too."""
+    model = randomize_pde(tiny_model(num_classes=10, pde_dynamic=pde_dynamic))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         export(model, tmp_path / "model.onnx")

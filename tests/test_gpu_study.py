@@ -22,6 +22,7 @@ from iris_timm.training.run_folder import (
     METRICS,
     SUMMARY,
     TRAIN_CONFIG,
+    checkpoint_dirs,
     read_summary,
     read_train_config,
 )
@@ -128,11 +129,13 @@ def test_the_runner_skips_runs_after_the_deadline_and_stops_the_one_going(tmp_pa
     assert late == dict.fromkeys(keys) and not (tmp_path / "late").exists()
     begin = time.monotonic()
     args = (keys, 64_000_000, 64_000, tmp_path / "data", tmp_path / "runs", 1)  # 10^6 steps: far past the deadline
-    codes = pathfinder_study.run_all(*args, deadline=begin + 3.0)
-    assert time.monotonic() - begin < 60
-    assert codes[keys[0]] not in (0, None) and codes[keys[1]] is None
-    log = (pathfinder_study.run_folder(tmp_path / "runs", "frame", 9, 0) / "study.log").read_text()
-    assert "Interrupted" in log or "KeyboardInterrupt" in log
+    # pytest's workers start their processes with SIGINT ignored: the stop must not depend on it
+    codes = pathfinder_study.run_all(*args, deadline=begin + 15.0)  # long enough for the run to start training
+    assert time.monotonic() - begin < 75
+    assert codes == {keys[0]: 143, keys[1]: None}
+    folder = pathfinder_study.run_folder(tmp_path / "runs", "frame", 9, 0)
+    assert "Stopped by SIGTERM" in (folder / "study.log").read_text()
+    assert checkpoint_dirs(folder)
 
 
 def finite_numbers(value) -> bool:
@@ -161,7 +164,7 @@ def test_smoke_writes_every_part_into_json_and_markdown(smoke):
     report = (smoke / "results.md").read_text()
     for line in ("| model | grid (HxW) |", "| model | size | batch | mode | images/s |", "| 9 | frame | 0 |"):
         assert line in report
-    assert "| length | variant | seed | 64 | 128 | samples to 60 % | train s |" in report
+    assert "| length | variant | seed | 64 | 128 | figure at 128 | samples to 60 % | train s | samples/s |" in report
 
 
 def test_smoke_models_are_finite_under_autocast(smoke):

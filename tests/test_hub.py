@@ -103,7 +103,7 @@ def test_save_writes_safetensors_timm_config_and_card(saved, model):
         "num_features": 64,
         "global_pool": "avg",
         "label_names": LABELS,
-        "model_args": {"in_chans": 3, "global_pool": "avg"},
+        "model_args": {"in_chans": 3, "global_pool": "avg", "multiple_of": 8},
         "iris_timm_version": iris_timm.__version__,
     }
     assert config["pretrained_cfg"]["input_size"] == [3, 64, 64]
@@ -243,7 +243,7 @@ def test_model_args_round_trip(tmp_path, x):
     model = create(depths=(1, 1, 2, 1), stem_stride=1)
     folder = iris_timm.save_pretrained(model, tmp_path / "saved")
     args = json.loads((folder / "config.json").read_text())["model_args"]
-    assert args == {"depths": [1, 1, 2, 1], "stem_stride": 1, "in_chans": 3, "global_pool": "avg"}
+    assert args == {"depths": [1, 1, 2, 1], "stem_stride": 1, "in_chans": 3, "global_pool": "avg", "multiple_of": 8}
     for loaded in (timm.create_model(f"local-dir:{folder}", pretrained=True), iris_timm.from_pretrained(folder)):
         assert loaded.min_input_size == 1  # one stem cell
         assert [type(m) for m in loaded.modules()] == [type(m) for m in model.modules()]
@@ -618,9 +618,9 @@ def _load_file(folder: Path) -> torch.nn.Module:
 
 # (model name, how it is loaded, a tensor to damage) for each load path.
 LOAD_PATHS = {
-    "timm local-dir": (TINY_MODEL, _load_local_dir, "stages.3.blocks.0.fc2.weight"),
-    "timm file": (TINY_MODEL, _load_file, "stages.3.blocks.0.fc2.weight"),
-    "from_pretrained": (TINY_MODEL, iris_timm.from_pretrained, "stages.3.blocks.0.fc2.weight"),
+    "timm local-dir": (TINY_MODEL, _load_local_dir, "stages.3.blocks.0.fc1.weight"),
+    "timm file": (TINY_MODEL, _load_file, "stages.3.blocks.0.fc1.weight"),
+    "from_pretrained": (TINY_MODEL, iris_timm.from_pretrained, "stages.3.blocks.0.fc1.weight"),
     "from_pretrained, another timm model": ("test_resnet", iris_timm.from_pretrained, "layer1.0.conv1.weight"),
 }
 
@@ -660,8 +660,21 @@ def test_every_load_path_refuses_weights_that_would_not_load_as_they_are(
     safetensors.torch.save_file(weights, folder / "model.safetensors")
     if load is iris_timm.from_pretrained and fault != "NaN":  # the header tells: refused before the weights are read
         monkeypatch.setattr(safetensors.torch, "load_file", _no_weight_reads)
-    with pytest.raises(ValueError, match=phrase):
+    with pytest.raises(ValueError, match=f"^{re.escape(str(folder / 'model.safetensors'))}: .*{phrase}"):
         load(folder)
+
+
+@pytest.mark.parametrize("path", ["timm local-dir", "timm file", "timm hf-hub", "from_pretrained"])
+def test_every_load_path_of_an_iris_model_names_a_truncated_weights_file(saved, offline_cache, path):
+    """timm's loaders would end in safetensors' "incomplete metadata", naming no file: the model names it first."""
+    weights = saved / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    if path == "timm hf-hub":
+        add_to_cache(offline_cache, REPO_ID, saved)
+        weights = offline_cache / f"models--{REPO_ID.replace('/', '--')}" / "snapshots" / COMMIT / weights.name
+    load = {"timm hf-hub": lambda _: timm.create_model(f"hf-hub:{REPO_ID}", pretrained=True)}.get(path)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(weights))} is not a readable safetensors file"):
+        (load or LOAD_PATHS[path][1])(saved)
 
 
 def test_a_refusal_names_three_keys_and_counts_the_rest():

@@ -1,18 +1,28 @@
 """What timm's own tests/test_models.py does not check on the iris_* models (.ci/timm_tests.py runs that suite on
-them: forward, backward, default cfgs, TorchScript, features, intermediates, torch.fx): their sizes, pruning,
+them: forward, backward, default cfgs, TorchScript, features, intermediates, torch.fx): their sizes, the hidden
+widths and the gated block against its concatenating form, folders saved before ``multiple_of``, pruning,
 compilation, optimizer groups, the ablation switch, any resolution, bad input, autocast and plain torch.fx tracing.
 """
 
+import json
 import math
 
 import pytest
 import timm
 import torch
+from conftest import randomize_pde
 from timm.models import group_parameters
 from timm.optim import param_groups_weight_decay
 from torchvision.models.feature_extraction import create_feature_extractor
 
-from iris_timm.layers import ConvectionDiffusionReaction2d, DepthwiseConv, LocalPlusGlobal
+import iris_timm
+from iris_timm.layers import (
+    ConvectionDiffusionReaction2d,
+    DepthwiseConv,
+    DynamicConvectionDiffusionReaction2d,
+    LocalPlusGlobal,
+)
+from iris_timm.models.pdessm import GatedBlock
 
 MODELS = timm.list_models("iris_*")
 FEAT_SIZE = 96  # timm: 96
@@ -46,6 +56,90 @@ def test_sizes_are_in_range(model_name, params_m, max_gmacs):
     assert params_m[0] <= count_params(model) / 1e6 <= params_m[1]
     if max_gmacs is not None:
         assert count_macs(model, (3, 224, 224)) / 1e9 <= max_gmacs
+
+
+@pytest.mark.parametrize(
+    ("multiple_of", "widths"),
+    [
+        (1, [170, 341, 853, 1365]),  # int(8 / 3 * dim), the widths before the option
+        (8, [176, 344, 856, 1368]),
+        (32, [192, 352, 864, 1376]),
+        (64, [192, 384, 896, 1408]),
+    ],
+)
+def test_hidden_widths_round_up_to_a_multiple(multiple_of, widths):
+    model = timm.create_model("iris_pdessm_s", multiple_of=multiple_of, device="meta")  # dims 64, 128, 320, 512
+    for stage, width in zip(model.stages, widths, strict=True):
+        for block in stage.blocks:
+            assert block.fc1.out_features == 2 * width and block.fc2.in_features == width
+
+
+def concatenating_block(block: GatedBlock, x: torch.Tensor) -> torch.Tensor:
+    """The gated block as one ``fc1``, split, the concatenation of identity and filtered channels, one ``fc2``."""
+    gate, identity, spatial = torch.split(block.fc1(block.norm(x)), block.split_sizes, dim=3)
+    y = block.act(gate) * torch.cat((identity, block.spatial(spatial)), dim=3)
+    return x + block.ls(block.fc2(y))
+
+
+@pytest.mark.parametrize("spatial_mix", ["both", "local", "global"])
+@pytest.mark.parametrize("grid", [(14, 14), (5, 9), (20, 17)])
+def test_the_block_equals_its_concatenating_form_with_its_gradients(spatial_mix, grid):
+    """Same weights, same outputs, and the same gradients of the input and of every weight."""
+    torch.manual_seed(0)
+    model = randomize_pde(timm.create_model("iris_pdessm_test", spatial_mix=spatial_mix, ls_init_value=0.5))
+    block = model.stages[1].blocks[0]  # dim 32, hidden 96
+    x = torch.randn(2, *grid, 32, requires_grad=True)
+    grad_out = torch.randn(2, *grid, 32)
+    results = []
+    for forward in (block, lambda x: concatenating_block(block, x)):
+        out = forward(x)
+        grads = torch.autograd.grad(out, [x, *block.parameters()], grad_out)
+        results.append((out, grads))
+    (out, grads), (want, want_grads) = results
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+    for name, got, expected in zip(["input", *dict(block.named_parameters())], grads, want_grads, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("load", ["from_pretrained", "timm local-dir"])
+def test_a_folder_saved_before_multiple_of_loads_with_its_widths(tmp_path, load):
+    """Such a folder is a save of a model with the unrounded widths whose ``model_args`` lack ``multiple_of``."""
+    torch.manual_seed(0)
+    model = randomize_pde(timm.create_model("iris_pdessm_test", multiple_of=1, num_classes=5)).eval()
+    folder = iris_timm.save_pretrained(model, tmp_path / "old")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_args"].pop("multiple_of") == 1
+    (folder / "config.json").write_text(json.dumps(config))
+    if load == "from_pretrained":
+        loaded = iris_timm.from_pretrained(folder)
+    else:
+        loaded = timm.create_model(f"local-dir:{folder}", pretrained=True)
+    assert loaded.multiple_of == 1
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(x), model(x), rtol=0, atol=0)
+    resaved = iris_timm.save_pretrained(loaded, tmp_path / "new")
+    assert json.loads((resaved / "config.json").read_text())["model_args"]["multiple_of"] == 1
+
+
+@pytest.mark.parametrize(
+    ("multiple_of", "damage", "message"),
+    [
+        (1, None, r"hidden widths \[64, 85, 128, 170\] \(dims \[24, 32, 48, 64\]\) .*multiple_of=1\.$"),
+        (64, None, r"hidden widths \[64, 128, 128, 192\] .* those of multiple_of=8: .*multiple_of=64\.$"),
+        (8, "stages.3.blocks.0.fc2.weight", r"do not fit .*fc2\.weight has shape \[64, 1\]"),  # no multiple gives it
+    ],
+    ids=["old widths", "another multiple", "damaged"],
+)
+def test_weights_of_other_widths_name_the_multiple_of_to_pass(tmp_path, multiple_of, damage, message):
+    """Weights whose config cannot tell (a bare state dict) end in one line naming the option."""
+    weights = timm.create_model("iris_pdessm_test", multiple_of=multiple_of).state_dict()
+    if damage is not None:
+        weights[damage] = weights[damage][:, :1]
+    torch.save(weights, tmp_path / "weights.pth")
+    overlay = dict(file=str(tmp_path / "weights.pth"))
+    with pytest.raises(ValueError, match=message):
+        timm.create_model("iris_pdessm_test", pretrained=True, pretrained_cfg_overlay=overlay)
 
 
 @pytest.mark.parametrize("model_name", MODELS)
@@ -110,6 +204,61 @@ def test_the_ablation_switch_picks_each_blocks_spatial_filter(spatial_mix, spati
         op.modes == 3 and op.num_heads == 4 for op in model.modules() if isinstance(op, ConvectionDiffusionReaction2d)
     )
     assert model(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
+
+
+@pytest.mark.parametrize("grid", [(1, 1), (2, 3), (3, 9), (4, 4), (8, 5)])
+def test_the_depthwise_conv_on_a_grid_narrower_than_its_kernel_is_the_full_kernels(grid):
+    """Its central taps alone on small grids: the output and the gradients of the input, weight and bias that the
+    full 7x7 kernel gives, in a model traced for every size too (torch.jit.trace keeps the whole kernel)."""
+    torch.manual_seed(0)
+    conv = DepthwiseConv(6, kernel_size=7)
+    x = torch.randn(2, *grid, 6, requires_grad=True)  # (B, H, W, C)
+    projection = torch.randn(2, *grid, 6)
+    full = conv.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+    want = [full, *torch.autograd.grad(full, (x, *conv.parameters()), projection)]
+    for module in (conv, torch.jit.trace(conv, torch.randn(1, 1, 1, 6))):  # traced where it would crop most
+        y = module(x)
+        got = [y, *torch.autograd.grad(y, (x, *conv.parameters()), projection)]
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("gain_init", [None, 0.5])
+@pytest.mark.parametrize("grid", [(1, 1), (2, 3), (4, 4), (3, 1), (5, 4)])
+def test_the_spatial_filter_is_its_conv_plus_its_operator_on_every_grid(grid, gain_init):
+    """Where the grid fits the conv's reach both paths are one convolution (the operator's kernel added to the
+    conv's); the output and every gradient are the two paths' sum, computed apart."""
+    torch.manual_seed(0)
+    spatial = randomize_pde(LocalPlusGlobal(6, kernel_size=7, modes=3, gain_init=gain_init))
+    x = torch.randn(2, *grid, 6, requires_grad=True)  # (B, H, W, C)
+    projection = torch.randn(2, *grid, 6)
+    params = [x, *spatial.parameters()]
+    apart = spatial.local(x) + spatial.gain(spatial.operator(x))
+    for got, want in zip(
+        torch.autograd.grad(spatial(x), params, projection), torch.autograd.grad(apart, params, projection), strict=True
+    ):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(spatial(x), apart, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("spatial_mix", ["both", "global"])
+def test_the_per_sample_operator_starts_as_the_models_static_one(spatial_mix):
+    """``pde_dynamic``: on the static model's weights (its coefficient maps at zero, as built) the same outputs at
+    every stage's grid, fused or not; with a map that has learned, each sample's own."""
+    torch.manual_seed(0)
+    static = timm.create_model("iris_pdessm_test", spatial_mix=spatial_mix).eval()
+    dynamic = timm.create_model("iris_pdessm_test", spatial_mix=spatial_mix, pde_dynamic=True).eval()
+    maps = [m.to_coefficients for m in dynamic.modules() if isinstance(m, DynamicConvectionDiffusionReaction2d)]
+    assert len(maps) == 4 and all(not p.any() for m in maps for p in m.parameters())
+    missing = dynamic.load_state_dict(static.state_dict(), strict=False).missing_keys
+    assert missing and all(".to_coefficients." in key for key in missing)
+    x = torch.randn(2, 3, 64, 64)  # stage grids 16, 8, 4, 2
+    torch.testing.assert_close(dynamic.forward_features(x), static.forward_features(x), rtol=1e-4, atol=1e-5)
+    for m in maps:
+        torch.nn.init.normal_(m.weight, std=2.0)
+    features = dynamic.forward_features(x)  # (B, H, W, C)
+    assert (features - static.forward_features(x)).abs().max() > 1e-3  # 100 times the tolerance below
+    torch.testing.assert_close(features[1:], dynamic.forward_features(x[1:]), rtol=1e-4, atol=1e-5)
 
 
 def test_an_unknown_spatial_mix_names_the_choices():
@@ -194,6 +343,9 @@ def test_pretrained_without_published_weights_raises():
         (dict(pde_modes=-1), "pde_modes must be a whole number >= 0"),
         (dict(depths=(-1, 1, 1, 1)), "depths must be whole numbers >= 0"),
         (dict(dims=(24, 0, 48, 64)), "dims must be whole numbers >= 1"),
+        (dict(multiple_of=0), r"multiple_of must be a whole number >= 1 .*got 0"),
+        (dict(multiple_of=2.5), r"multiple_of must be a whole number >= 1 .*got 2\.5"),
+        (dict(expansion_ratio=0.5), "expansion_ratio must be at least 1"),
     ],
 )
 def test_bad_model_arguments_are_refused_at_construction(kwargs, message):

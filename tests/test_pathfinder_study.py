@@ -6,11 +6,9 @@ import shutil
 import pytest
 import timm
 import torch
-from conftest import randomize_pde
 
 import iris_timm.training
 from benchmarks import pathfinder_study as study
-from iris_timm.layers import create_cdr
 from iris_timm.training.run_folder import (
     CHECKPOINTS,
     METRICS,
@@ -20,23 +18,6 @@ from iris_timm.training.run_folder import (
     read_evaluations,
     read_summary,
 )
-
-
-def test_the_dynamic_operator_is_the_operator_with_each_samples_coefficients():
-    torch.manual_seed(0)
-    dynamic = randomize_pde(study.DynamicCDR(6, modes=3))
-    torch.nn.init.normal_(dynamic.to_coefficients.weight, std=0.3)
-    x = torch.randn(2, 20, 18, 6)  # (B, H, W, C)
-    shifts = dynamic.to_coefficients(x.mean((1, 2))).view(2, 5, 6).detach()
-    for b in range(2):
-        static = create_cdr(6, modes=3)
-        static.load_state_dict({k: v for k, v in dynamic.state_dict().items() if not k.startswith("to_coeff")})
-        with torch.no_grad():
-            static.log_diffusion += shifts[b, 0]
-            static.velocity += shifts[b, 1:3].t()
-            static.reaction += shifts[b, 3]
-            static.log_time += shifts[b, 4]
-        torch.testing.assert_close(dynamic(x)[b], static(x[b : b + 1])[0], atol=1e-5, rtol=1e-4)
 
 
 def test_the_spectral_filter_with_unit_weights_is_the_identity():
@@ -101,9 +82,20 @@ def test_the_table_gives_accuracy_by_samples_and_the_samples_to_the_target():
     runs[2].evaluations.insert(1, Evaluation(1248, 1, {"top1": 70.0}, 150.0))  # an epoch's end, off the 40k grid
     assert runs[2].samples_to(60.0, 40_000) is None and [e.step for e in runs[2].every(40_000)] == [625, 1250, 1875]
     text = study.table(runs, samples=120_000, eval_samples=40_000)
-    assert "| 9 | frame | 0 | 51.0 | 53.0 | 55.0 | – | 300 |" in text
-    assert "| 9 | cdr | 1 | 50.0 | 52.0 | 60.0 | 120k | 300 |" in text
-    assert "| 9 | cdr | 2 | 59.0 ± 1.4 | 60.5 ± 0.7 |" in text
+    # figure: the mean of the evaluations from 40k on (the last 80k samples), the epoch's end included
+    assert "| 9 | frame | 0 | 51.0 | 53.0 | 55.0 | 57.2 | – | 300 | 400.0 |" in text
+    assert "| 9 | cdr | 1 | 50.0 | 52.0 | 60.0 | 54.0 | 120k | 300 | 400.0 |" in text
+    assert "| 9 | cdr | 2 | 55.2 ± 1.6 | 59.0 ± 1.4 | 60.5 ± 0.7 |" in text
+    assert "| 9 | frame | 1 | 57.2 | 55.0 | 70.0 |" in text  # best: any evaluation
+
+
+def test_a_runs_figure_is_the_mean_of_its_last_80k_samples_and_waits_for_the_budget():
+    run = result([50.0, 60.0, 70.0, 64.0])  # every 40k samples, to 160k
+    run.evaluations.insert(2, Evaluation(1248, 1, {"top1": 80.0}, 150.0))  # an epoch's end at 79,872 samples
+    run.evaluations.insert(4, Evaluation(1872, 2, {"top1": 61.0}, 250.0))  # and at 119,808
+    assert run.figure(160_000) == pytest.approx((60.0 + 61.0 + 70.0 + 64.0) / 4)  # from 80k on: steps 1250 .. 2500
+    assert run.figure(120_000) == pytest.approx((50.0 + 80.0 + 60.0 + 61.0 + 70.0) / 5)  # its own last 80k
+    assert run.figure(200_000) is None  # not reached
 
 
 def test_a_kept_record_resumes_an_unfinished_run_in_another_folder(smoke_runs, tmp_path):

@@ -30,9 +30,10 @@ import yaml
 from safetensors.torch import load_file
 
 import iris_timm
-from iris_timm.training import TrainingError, data, trainer
+from iris_timm.training import TrainingError, data, interrupt, trainer
 from iris_timm.training.clock import fit_to_budget
 from iris_timm.training.data import LOCAL_DATA, ConvertImage
+from iris_timm.training.recipes import HELP
 from iris_timm.training.run_folder import TrainerState
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -344,33 +345,47 @@ def test_two_processes_train_and_evaluate(tmp_path):
     assert (out / "model.safetensors").is_file()
 
 
+PIL_AUGMENT = ["--loader", "pil", "--auto-augment", "rand-m9-mstd0.5-inc1-mmax9"]  # RandAugment: NumPy's generator
+MEMORY_AUGMENT = ["--loader", "memory", "--scale", "[0.6, 1.0]", "--hflip", "0.5", "--transpose", "0.5"]  # on-device
+
+
 @pytest.mark.parametrize(
-    "augment",
-    [
-        ["--loader", "pil", "--auto-augment", "rand-m9-mstd0.5-inc1-mmax9"],  # RandAugment: NumPy's generator
-        ["--loader", "memory", "--scale", "[0.6, 1.0]", "--hflip", "0.5", "--transpose", "0.5"],  # on-device draws
-    ],
-    ids=["pil", "memory"],
+    ("augment", "stop"),
+    [(PIL_AUGMENT, signal.SIGKILL), (MEMORY_AUGMENT, signal.SIGINT)],
+    ids=["pil, SIGKILL at a checkpoint", "memory, Ctrl-C between checkpoints"],
 )
-def test_killed_and_resumed_run_ends_with_the_same_weights(tmp_path, augment):
-    # 13 batches an epoch: the run crosses an epoch boundary, and the kill lands mid-epoch. Each loader's
+def test_a_killed_or_interrupted_run_resumes_to_the_same_weights(tmp_path, augment, stop):
+    """SIGKILL right after the checkpoint of step 6 loses the steps after it; SIGINT (Ctrl-C) during step 7 or 8,
+    which are no checkpoint steps, makes the run finish that step, write its checkpoint, exit with 130 and print the
+    command that resumes it. Either resumes to the weights of an uninterrupted run."""
+    # 13 batches an epoch: the run crosses an epoch boundary, and the stop lands mid-epoch. Each loader's
     # augmentation, dropout-like drop path (torch's) and the EMA (exported in place of the weights) must all resume.
     common = [*SMOKE, "--max-steps", "16", "--batch-size", "128", "--checkpoint-every", "3", "--keep-checkpoints", "3"]
     common += [*augment, "--drop-path", "0.1", "--ema-decay", "0.9"]
     whole, interrupted = tmp_path / "whole", tmp_path / "interrupted"
-    # The uninterrupted run trains at the same time as the one that is killed.
+    # The uninterrupted run trains at the same time as the one that is stopped.
     uninterrupted = start(*common, "--output-dir", str(whole), log=tmp_path / "whole.log")
     process = start(*common, "--output-dir", str(interrupted), log=tmp_path / "interrupted.log")
     deadline = time.time() + 300
     while not (interrupted / "checkpoints" / "step_00000006").exists():
         assert process.poll() is None and time.time() < deadline, "the run ended before its second checkpoint"
         time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    process.send_signal(stop)
+    returncode = process.wait(timeout=120)
     assert not (interrupted / "model.safetensors").exists()
+    resume = [*common, "--output-dir", str(interrupted), "--resume"]
+    if stop == signal.SIGINT:
+        printed = (tmp_path / "interrupted.log").read_text()
+        assert returncode == 130, printed[-3000:]
+        step, checkpoint, command = re.search(
+            r"^Stopped by SIGINT at step (\d+); checkpoint written: (\S+)\. Continue with: (.+)$", printed, re.M
+        ).groups()
+        assert int(step) % 3 and Path(checkpoint) == trainer.checkpoint_dirs(interrupted)[-1]
+        assert Path(checkpoint).name == f"step_{int(step):08d}" and "Traceback" not in printed
+        assert command == "python " + shlex.join(["train.py", *resume])
     finish(uninterrupted, tmp_path / "whole.log")
 
-    resumed = start(*common, "--output-dir", str(interrupted), "--resume", log=tmp_path / "resumed.log")
+    resumed = start(*resume, log=tmp_path / "resumed.log")
     assert "Resumed from" in finish(resumed, tmp_path / "resumed.log")
     expected, got = load_file(whole / "model.safetensors"), load_file(interrupted / "model.safetensors")
     assert expected.keys() == got.keys()
@@ -417,6 +432,8 @@ def test_a_resume_without_a_checkpoint_starts_the_records_again(base_run, tmp_pa
     assert before, "the first run logged nothing"
     stdout = train_here(*SMOKE, "--max-steps", "4", "--checkpoint-every", "2", "--output-dir", str(out), "--resume")
     assert "Resumed from" not in stdout
+    starts_again = f"--resume: {out} holds no checkpoint (the run stopped before its first one), so the run starts"
+    assert f"{starts_again} again from step 0." in stdout
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == before, "the restarted run's records were added to the killed run's"
 
@@ -507,6 +524,33 @@ def test_finetune_on_a_cifar10_parquet_folder(base_run, tmp_path, monkeypatch):
     config = json.loads((tuned / "config.json").read_text())
     assert config["num_classes"] == 10
     assert config["label_names"][:3] == ["airplane", "automobile", "bird"]
+
+
+def test_the_suggested_fine_tuning_says_it_downloads_and_reads_the_local_copy_it_describes(
+    base_run, tmp_path, monkeypatch
+):
+    """The last lines of a run suggest fine-tuning on CIFAR-10, which comes from the Hub. Offline, the copy they
+    describe (DIR/cifar10/train.parquet, with the Hub's columns: img and label) is what the command reads."""
+    lines = train.next_steps(str(base_run)).splitlines()
+    at = next(i for i, line in enumerate(lines) if "fine-tune it:" in line)
+    suggested, notes = lines[at].split("fine-tune it:")[1], " ".join(line.strip() for line in lines[at + 1 :])
+    assert "It downloads CIFAR-10 from the Hub." in notes
+    copy = re.search(r"save CIFAR-10 as (DIR/\S+\.parquet)", notes).group(1)
+    assert f"prefix the command with {LOCAL_DATA}=DIR." in notes
+    root = tmp_path / "DIR"
+    parquet_dataset((tmp_path / copy).parent, list(range(10)) * 10, image_column="img")
+    assert (tmp_path / copy).is_file()  # parquet_dataset writes train.parquet
+    monkeypatch.setenv(LOCAL_DATA, str(root))
+
+    def offline(cfg):
+        raise AssertionError("the Hub was asked for the dataset")
+
+    monkeypatch.setattr(data, "_from_hub", offline)
+    out = tmp_path / "tuned"
+    argv = shlex.split(suggested.split("train.py", 1)[1])
+    stdout = train_here(*argv, "--max-steps", "1", "--batch-size", "8", "--num-workers", "0", "--output-dir", str(out))
+    assert f"dataset: uoft-cs/cifar10 read from its local copy {root / 'cifar10'}" in stdout
+    assert json.loads((out / "summary.json").read_text())["steps"] == 1
 
 
 @pytest.mark.parametrize("name", ["single_gpu", "multi_gpu", "multi_node", "fsdp"])
@@ -797,6 +841,78 @@ def test_transpose_swaps_the_image_axes_and_converts_the_mode():
     np.testing.assert_array_equal(np.asarray(ConvertImage("L")(image)), pixels)
 
 
+@pytest.mark.parametrize(
+    ("output_dir", "message"),
+    [
+        ("{file}/sub", r"output_dir: \S+/notes\.txt/sub cannot be made: \S+/notes\.txt is a file, not a folder\."),
+        ("{file}", r"output_dir: \S+/notes\.txt cannot be written in: \S+/notes\.txt is a file, not a folder\."),
+        # No process may make a folder in /sys, root's included.
+        ("/sys/iris-run", r"output_dir: /sys/iris-run cannot be made: you may not write in /sys \(.+\)\. Choose"),
+    ],
+    ids=["under a file", "a file", "a folder no one may write in"],
+)
+def test_an_output_dir_that_cannot_be_made_is_refused_before_the_data_load(tmp_path, monkeypatch, output_dir, message):
+    (tmp_path / "notes.txt").write_text("a file")
+
+    def no_data(cfg):
+        raise AssertionError("the data were loaded before the run folder was checked")
+
+    monkeypatch.setattr(trainer, "load_splits", no_data)
+    cfg = train.parse_config([*SMOKE, "--output-dir", output_dir.format(file=tmp_path / "notes.txt")])
+    with pytest.raises(SystemExit, match=message) as refusal:
+        train.main(cfg)
+    assert "\n" not in str(refusal.value) and (tmp_path / "notes.txt").read_text() == "a file"
+
+
+def broken_folder(damage: str, saved: Path, folder: Path) -> Path:
+    """A copy of the saved model folder ``saved``, damaged as ``damage`` says."""
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(saved / name, folder / name)
+    if damage == "truncated weights":
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+    elif damage == "config not JSON":
+        (folder / "config.json").write_text("{'architecture': 'iris_pdessm_test'}")
+    else:
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps(config | {"architecture": "iris_pdessm_huge"}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("truncated weights", r"pretrained: \S+/model\.safetensors is not a readable safetensors file \(.*truncated"),
+        ("config not JSON", r"pretrained: \S+/config\.json is not valid JSON \(.*\)\. Save the model again"),
+        ("unknown architecture", r"pretrained: \S+/config\.json names the architecture 'iris_pdessm_huge', which timm"),
+    ],
+)
+def test_a_broken_pretrained_folder_ends_in_one_line(base_run, tmp_path, damage, message):
+    folder = broken_folder(damage, base_run, tmp_path / "broken")
+    cfg = train.parse_config([*SMOKE, "--pretrained", f"local-dir:{folder}", "--output-dir", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match=message) as refusal:
+        train.main(cfg)
+    assert "\n" not in str(refusal.value)
+
+
+def test_help_gives_every_flag_the_line_of_its_config_field(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps at the terminal's width
+    with pytest.raises(SystemExit) as done:
+        train.parse_config(["--help"])
+    assert done.value.code == 0
+    flags = {}  # each flag's entry: its line, and the lines below it that argparse indents further
+    for line in capsys.readouterr().out.split("\noptions:\n")[1].splitlines():
+        if line.startswith("  -"):
+            flag = line.split()[0]
+        flags[flag] = f"{flags.get(flag, '')} {line.strip()}"
+    for field in dataclasses.fields(train.Config):
+        line = flags["--" + field.name.replace("_", "-")]
+        assert f"{field.metadata[HELP]} (default: {getattr(train.Config(), field.name)!r})" in line, field.name
+    for form in ("digits", "ORG/NAME", "Parquet", "<class>/*.png", "train/<class>/*.png"):
+        assert form in flags["--dataset"], form
+
+
 def test_a_bare_boolean_flag_means_true():
     config = train.parse_config(["--channels-last", "--overwrite", "false", "--compile"])
     assert (config.channels_last, config.overwrite, config.compile) == (True, False, True)
@@ -827,20 +943,80 @@ def test_a_missing_relative_path_is_named_before_the_hub_is_tried(tmp_path, monk
     assert "no local file or folder data/imgs; loading the Hub dataset" in capsys.readouterr().out
 
 
-def test_ctrl_c_names_the_last_checkpoint_and_the_resume_command(tmp_path, monkeypatch, capsys):
+def signal_at_step(monkeypatch, step: int, signum: signal.Signals) -> None:
+    """Send this process ``signum`` once the run's update ``step`` is done, as a user's Ctrl-C or a kill would."""
     after_step = trainer.after_step
 
-    def interrupt_at_step_3(run, loss):  # as Python turns Ctrl-C (SIGINT) into an exception
+    def after_step_then_signal(run, loss):
         after_step(run, loss)
-        if run.state.step == 3:
-            raise KeyboardInterrupt
+        if run.state.step == step:
+            os.kill(os.getpid(), signum)
 
-    monkeypatch.setattr(trainer, "after_step", interrupt_at_step_3)
-    cfg = train.parse_config([*SMOKE, "--checkpoint-every", "2", "--output-dir", str(tmp_path / "run")])
+    monkeypatch.setattr(trainer, "after_step", after_step_then_signal)
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_stop_signal_checkpoints_the_step_it_ends_and_names_the_resume_command(
+    tmp_path, monkeypatch, capsys, signum, status
+):
+    signal_at_step(monkeypatch, 3, signum)  # checkpoints every 2 steps: 3 is none
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    out = tmp_path / "run"
+    cfg = train.parse_config([*SMOKE, "--checkpoint-every", "2", "--output-dir", str(out)])
     with pytest.raises(SystemExit) as stop:
         train.main(cfg)
-    assert stop.value.code == 130
-    last = re.escape(str(tmp_path / "run" / "checkpoints" / "step_00000002"))
+    assert stop.value.code == status
+    written = out / "checkpoints" / "step_00000003"
     assert re.search(
-        rf"Interrupted at step 3\. Last checkpoint: {last}; continue with: python .*--resume", capsys.readouterr().err
+        rf"^Stopped by {signum.name} at step 3; checkpoint written: {re.escape(str(written))}\. Continue with: "
+        r"python .*--resume$",
+        capsys.readouterr().err,
+        re.M,
     )
+    assert trainer.checkpoint_dirs(out) == [out / "checkpoints" / "step_00000002", written]
+    assert TrainerState.load(written).step == 3
+    assert {s: signal.getsignal(s) for s in handlers} == handlers  # the process's own again, after the run
+
+
+def test_a_second_ctrl_c_ends_at_once_and_leaves_the_last_checkpoint_whole(tmp_path, monkeypatch, capsys):
+    """The first Ctrl-C (after step 3) asks for a checkpoint of step 3; a second, while it is written, ends the run at
+    once: the checkpoint of step 2 is the last, whole, and the run resumes from it."""
+    signal_at_step(monkeypatch, 3, signal.SIGINT)
+    monkeypatch.setattr(interrupt, "REPEAT_AFTER_S", 0.0)  # the second comes at once, and counts
+    apply_umask = trainer.apply_umask
+
+    def second_ctrl_c_while_step_3_is_written(path):
+        apply_umask(path)
+        if path.name == ".tmp-step_00000003":
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(trainer, "apply_umask", second_ctrl_c_while_step_3_is_written)
+    out = tmp_path / "run"
+    argv = [*SMOKE, "--checkpoint-every", "2", "--output-dir", str(out)]
+    with pytest.raises(SystemExit) as stop:
+        train.main(train.parse_config(argv))
+    assert stop.value.code == 130
+    last = out / "checkpoints" / "step_00000002"
+    assert re.search(
+        rf"^Stopped at once by a second SIGINT at step 3, its checkpoint not written\. Last checkpoint: "
+        rf"{re.escape(str(last))}\. Continue with: python .*--resume$",
+        capsys.readouterr().err,
+        re.M,
+    )
+    assert trainer.checkpoint_dirs(out) == [last] and TrainerState.load(last).step == 2
+    monkeypatch.undo()
+    assert f"Resumed from {last} at step 2" in train_here(*argv, "--resume")
+    assert not list((out / "checkpoints").glob(".tmp-*")), "the interrupted write's folder was left behind"
+
+
+def test_a_signal_moments_after_the_first_is_the_same_request_and_a_later_one_ends_at_once(monkeypatch):
+    """A launcher passes on the Ctrl-C its processes already got from the terminal: that one is the same request."""
+    with interrupt.StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGINT)  # the terminal's
+        os.kill(os.getpid(), signal.SIGINT)  # the launcher's, passed on
+        assert (stop.received, stop.again) == (signal.SIGINT, None)
+        monkeypatch.setattr(interrupt, "REPEAT_AFTER_S", 0.0)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.again == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

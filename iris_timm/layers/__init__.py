@@ -1,7 +1,13 @@
 """Layers of the iris backbones: the convection–diffusion–reaction (CDR) operator, the gated block's spatial filter,
 and the stand-alone block compatible with the original one."""
 
-from .cdr import BOUNDARIES, CUTOFF_DAMPING, ConvectionDiffusionReaction2d, create_cdr
+from .cdr import (
+    BOUNDARIES,
+    CUTOFF_DAMPING,
+    ConvectionDiffusionReaction2d,
+    DynamicConvectionDiffusionReaction2d,
+    create_cdr,
+)
 from .legacy import PDESSMBlock
 from .spatial_filter import SPATIAL_MIXES, DepthwiseConv, LocalPlusGlobal, create_spatial_filter
 
@@ -11,6 +17,7 @@ __all__ = [
     "SPATIAL_MIXES",
     "ConvectionDiffusionReaction2d",
     "DepthwiseConv",
+    "DynamicConvectionDiffusionReaction2d",
     "LocalPlusGlobal",
     "PDESSMBlock",
     "create_cdr",

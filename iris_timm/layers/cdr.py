@@ -51,6 +51,7 @@ Export
 
 import functools
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -62,6 +63,7 @@ __all__ = [
     "CUTOFF_DAMPING",
     "DENSE_MAX_SIZE",
     "ConvectionDiffusionReaction2d",
+    "DynamicConvectionDiffusionReaction2d",
     "create_cdr",
 ]
 
@@ -135,6 +137,32 @@ def _cached_axis_bases(
         return _axis_bases(size, other, scale, modes, device)
 
 
+def _wavenumbers(frequencies: torch.Tensor, period: int, cell: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """At the integer ``frequencies`` of a ``period``-sample transform on cells of side ``cell``: ``−k²`` and the
+    convection's ``−k``, zero at the Nyquist frequency (see :meth:`ConvectionDiffusionReaction2d.axis_symbol`), each
+    ``(M, 1)``."""
+    k = (2 * math.pi / (period * cell)) * frequencies.float()[:, None]  # (M, 1)
+    return -(k**2), -k * (2 * frequencies.abs()[:, None] != period)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_wavenumbers(
+    size: int, other: int, scale: int, modes: int, period: int, cell: float, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_wavenumbers` of the cached bases' frequencies: they hold no parameter."""
+    with torch.inference_mode(False), torch.no_grad():
+        return _wavenumbers(_cached_axis_bases(size, other, scale, modes, device)[0], period, cell)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_mode_taps(size: int, other: int, scale: int, modes: int, device: torch.device) -> torch.Tensor:
+    """The Toeplitz taps of :func:`_mode_matrices` on the cached bases, ``(2M, 2 size - 1)``: an axis's taps are the
+    symbol times them, one small product where the dense matrix takes several."""
+    with torch.inference_mode(False), torch.no_grad():
+        _, analysis, synthesis = _cached_axis_bases(size, other, scale, modes, device)
+        return _toeplitz_taps(_mode_matrices(analysis, synthesis))
+
+
 def _size_tensor(size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A size (an int, a symbol of torch.export's graph, or a tensor under torch.jit.trace) as a 0-dim tensor that
     the graph computes from the input's shape (``torch.as_tensor`` would record a symbolic size as a constant)."""
@@ -167,9 +195,19 @@ def _rotate(z: torch.Tensor, dim: int, cos: torch.Tensor, sin: torch.Tensor) -> 
 def _rotation(
     analysis: torch.Tensor, synthesis: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One axis's factors for :func:`_apply_modes`: the bases, and the symbol's ``(M, C)`` parts stacked as
-    :func:`_rotate` takes them, ``(ρcos, ρcos)`` and ``(ρsin, −ρsin)``, each ``(2, M, C)``."""
-    return analysis, synthesis, torch.stack((cos, cos)), torch.stack((sin, -sin))
+    """One axis's factors for :func:`_apply_modes`: the bases, and the symbol's ``(M, C)`` parts (``(B, M, C)`` per
+    sample) stacked as :func:`_rotate` takes them, ``(ρcos, ρcos)`` and ``(ρsin, −ρsin)``, each ``(2, M, C)``
+    (``(B, 2, M, C)``)."""
+    return analysis, synthesis, torch.stack((cos, cos), -3), torch.stack((sin, -sin), -3)
+
+
+def _mode_matrices(analysis: torch.Tensor, synthesis: torch.Tensor) -> torch.Tensor:
+    """Each kept mode's two fixed matrices of :func:`_axis_matrix`, ``(2M, size, size)``: the ``P_m``, then the
+    ``Q_m``."""
+    half = analysis.shape[0] // 2
+    fwd_cos, fwd_sin = analysis[:half, None, :], analysis[half:, None, :]  # (M, 1, size) each
+    inv_cos, inv_sin = synthesis[:, :half].t()[:, :, None], synthesis[:, half:].t()[:, :, None]  # (M, size, 1) each
+    return torch.cat((inv_cos * fwd_cos + inv_sin * fwd_sin, inv_cos * fwd_sin - inv_sin * fwd_cos))
 
 
 def _axis_matrix(analysis: torch.Tensor, synthesis: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -180,13 +218,9 @@ def _axis_matrix(analysis: torch.Tensor, synthesis: torch.Tensor, cos: torch.Ten
     ``(a ρcos + b ρsin, b ρcos − a ρsin)``, so the matrix is ``Σ_m ρcos[c, m] P_m + ρsin[c, m] Q_m`` with the fixed
     ``P_m = inv_cos_m ⊗ fwd_cos_m + inv_sin_m ⊗ fwd_sin_m`` and ``Q_m = inv_cos_m ⊗ fwd_sin_m − inv_sin_m ⊗ fwd_cos_m``:
     one ``(C, 2M) @ (2M, size²)`` product."""
-    half, size = analysis.shape[0] // 2, analysis.shape[1]
-    fwd_cos, fwd_sin = analysis[:half, None, :], analysis[half:, None, :]  # (M, 1, size) each
-    inv_cos, inv_sin = synthesis[:, :half].t()[:, :, None], synthesis[:, half:].t()[:, :, None]  # (M, size, 1) each
-    p = inv_cos * fwd_cos + inv_sin * fwd_sin  # (M, size, size)
-    q = inv_cos * fwd_sin - inv_sin * fwd_cos
+    size = analysis.shape[1]
     symbol = torch.cat((cos, sin)).t()  # (C, 2M): ρcos, then ρsin
-    return (symbol @ torch.cat((p, q)).view(2 * half, size * size)).view(symbol.shape[0], size, size)
+    return (symbol @ _mode_matrices(analysis, synthesis).view(-1, size * size)).view(symbol.shape[0], size, size)
 
 
 def _apply_axis_matrices(
@@ -243,6 +277,17 @@ class _AxisMatrices(torch.autograd.Function):
         return grad_x, grad_h, grad_w
 
 
+def _along_h(factor: torch.Tensor) -> torch.Tensor:
+    """A factor of the H symbol, ``(2, Mh, C)`` or ``(B, 2, Mh, C)``, as it broadcasts over the ``(B, 2, Mh, 2, Mw, C)``
+    spectrum."""
+    return factor[..., None, None, :]
+
+
+def _along_w(factor: torch.Tensor) -> torch.Tensor:
+    """A factor of the W symbol, ``(2, Mw, C)`` or ``(B, 2, Mw, C)``, as it broadcasts over the spectrum."""
+    return factor[..., None, None, :, :, :]
+
+
 def _apply_modes(
     x: torch.Tensor,
     fwd_h: torch.Tensor,
@@ -255,16 +300,17 @@ def _apply_modes(
     sin_w: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The operator on ``(B, H, W, C)`` through the kept modes, from the factors of
-    :func:`_rotation` (one dtype): transform along H (one GEMM over ``W*C``
-    columns), then along W, apply both factors of the symbol on the reduced ``(2Mh, 2Mw)`` spectrum, where they
-    cost least, then the inverse transforms. Returns ``y`` and the spectrum before each rotation, which the
+    :func:`_rotation` (one dtype; the symbols one for the batch or one per sample): transform along H (one GEMM over
+    ``W*C`` columns), then along W, apply both factors of the symbol on the reduced ``(2Mh, 2Mw)`` spectrum, where
+    they cost least, then the inverse transforms. Returns ``y`` and the spectrum before each rotation, which the
     backward of :class:`_Modes` reuses."""
     B, H, W, C = x.shape
     kh, kw = fwd_h.shape[0], fwd_w.shape[0]
     z = torch.matmul(fwd_h, x.reshape(B, H, W * C))  # (B, 2Mh, W*C)
     spectrum = torch.matmul(fwd_w, z.view(B * kh, W, C)).view(B, 2, kh // 2, 2, kw // 2, C)
-    rotated_h = _rotate(spectrum, 1, cos_h[:, :, None, None, :], sin_h[:, :, None, None, :])
-    z = _rotate(rotated_h, 3, cos_w, sin_w)
+    cos_h, sin_h = _along_h(cos_h), _along_h(sin_h)
+    rotated_h = _rotate(spectrum, 1, cos_h, sin_h)
+    z = _rotate(rotated_h, 3, _along_w(cos_w), _along_w(sin_w))
     y = torch.matmul(inv_w, z.view(B * kh, kw, C))  # (B*2Mh, W, C)
     return torch.matmul(inv_h, y.view(B, kh, W * C)).view(B, H, W, C), spectrum, rotated_h
 
@@ -272,7 +318,8 @@ def _apply_modes(
 class _Modes(torch.autograd.Function):
     """:func:`_apply_modes` with its backward written out. The operator is linear, so the input's gradient is the
     adjoint: the transposed transforms around the transposed rotations; the symbol's gradients are sums over the
-    reduced ``(B, 2Mh, 2Mw, C)`` spectra, the only activations kept for backward."""
+    reduced ``(B, 2Mh, 2Mw, C)`` spectra (over the batch too where the symbol is one for all samples), the only
+    activations kept for backward."""
 
     @staticmethod
     def forward(ctx, x, fwd_h, inv_h, cos_h, sin_h, fwd_w, inv_w, cos_w, sin_w):
@@ -285,15 +332,18 @@ class _Modes(torch.autograd.Function):
         spectrum, rotated_h, fwd_h, inv_h, cos_h, sin_h, fwd_w, inv_w, cos_w, sin_w = ctx.saved_tensors
         B, H, W, C = grad.shape
         kh, kw = fwd_h.shape[0], fwd_w.shape[0]
-        cos_h, sin_h = cos_h[:, :, None, None, :], sin_h[:, :, None, None, :]  # (2, Mh, 1, 1, C)
+        shape_h, shape_w = cos_h.shape, cos_w.shape  # (2, M, C), or (B, 2, M, C) per sample
+        cos_h, sin_h, cos_w, sin_w = _along_h(cos_h), _along_h(sin_h), _along_w(cos_w), _along_w(sin_w)
         g = torch.matmul(inv_h.t(), grad.contiguous().view(B, H, W * C))  # (B, 2Mh, W*C)
         g = torch.matmul(inv_w.t(), g.view(B * kh, W, C)).view(B, 2, kh // 2, 2, kw // 2, C)
-        # z -> z cos + flip(z) sin: the adjoint is g cos + flip(g) flip(sin); cos and sin get Σ g z and Σ g flip(z).
-        grad_cos_w, grad_sin_w = (g * rotated_h).sum((0, 1, 2)), (g * rotated_h.flip(3)).sum((0, 1, 2))
-        g = torch.addcmul(g * cos_w, g.flip(3), sin_w.flip(0))
-        grad_cos_h = (g * spectrum).sum((0, 3, 4))  # (2, Mh, C)
-        grad_sin_h = (g * spectrum.flip(1)).sum((0, 3, 4))
-        g = torch.addcmul(g * cos_h, g.flip(1), sin_h.flip(0))
+        # z -> z cos + flip(z) sin: the adjoint is g cos + flip(g) flip(sin); cos and sin get Σ g z and Σ g flip(z),
+        # summed over what they broadcast over.
+        grad_cos_w = (g * rotated_h).sum_to_size(cos_w.shape).view(shape_w)
+        grad_sin_w = (g * rotated_h.flip(3)).sum_to_size(sin_w.shape).view(shape_w)
+        g = torch.addcmul(g * cos_w, g.flip(3), sin_w.flip(-3))
+        grad_cos_h = (g * spectrum).sum_to_size(cos_h.shape).view(shape_h)
+        grad_sin_h = (g * spectrum.flip(1)).sum_to_size(sin_h.shape).view(shape_h)
+        g = torch.addcmul(g * cos_h, g.flip(1), sin_h.flip(-5))
         g = torch.matmul(fwd_w.t(), g.reshape(B * kh, kw, C))  # (B*2Mh, W, C)
         grad_x = torch.matmul(fwd_h.t(), g.view(B, kh, W * C)).view(B, H, W, C)
         return grad_x, None, None, grad_cos_h, grad_sin_h, None, None, grad_cos_w, grad_sin_w
@@ -388,12 +438,27 @@ class ConvectionDiffusionReaction2d(nn.Module):
             self.reaction.zero_()
             self.log_time.zero_()
 
-    def coefficients(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def coefficients(self, shifts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per head, in float32, what both axes' symbols share: the diffusion rate ``τ₀ + t D``, the log-gain
-        ``t r`` and the drift ``t v`` (``(heads, 2)``)."""
-        time = self.log_time.float().exp()  # (heads,)
-        rate = self.cutoff_diffusion + time * self.log_diffusion.float().exp()
-        return rate, time * self.reaction.float(), time[:, None] * self.velocity.float()
+        ``t r`` and the drift ``t v`` (``(heads, 2)``).
+
+        ``shifts`` ``(B, 5, heads)`` gives each sample its own operator: offsets to the log-diffusion, the two
+        velocities (H, W), the reaction and the log-time. The coefficients are then ``(B, 1, heads)`` (the drift
+        ``(B, 1, heads, 2)``), which :meth:`apply_nhwc` takes."""
+        log_diffusion, velocity = self.log_diffusion.float(), self.velocity.float()
+        reaction, log_time = self.reaction.float(), self.log_time.float()
+        if shifts is not None:
+            shifts = shifts.float()[:, :, None]  # (B, 5, 1, heads)
+            log_diffusion, reaction, log_time = (
+                log_diffusion + shifts[:, 0],
+                reaction + shifts[:, 3],
+                log_time + shifts[:, 4],
+            )
+            # permute, not movedim(1, -1): the TorchScript ONNX exporter resolves the -1 to the wrong axis
+            velocity = velocity + shifts[:, 1:3].permute(0, 2, 3, 1)  # (B, 1, heads, 2)
+        time = log_time.exp()  # (heads,), or (B, 1, heads)
+        rate = self.cutoff_diffusion + time * log_diffusion.exp()
+        return rate, time * reaction, time[..., None] * velocity
 
     def axis_geometry(self, size: int, other: int) -> tuple[int, float]:
         """The transform period of an axis of ``size`` cells (twice the side on the open domain, an implicit zero
@@ -415,12 +480,20 @@ class ConvectionDiffusionReaction2d(nn.Module):
         At the Nyquist frequency the convection phase is dropped: an odd symbol there is not representable by a
         real operator (the real FFT ignores it too).
         """
-        rate, log_gain, drift = coefficients
-        k = (2 * math.pi / (period * cell)) * frequencies.float()[:, None]  # (M, 1)
-        minus_k_conv = -k * (2 * frequencies.abs()[:, None] != period)
-        log_magnitude = rate * -(k**2)  # (M, heads)
+        return self._symbol_at(_wavenumbers(frequencies, period, cell), axis, coefficients)
+
+    def _symbol_at(
+        self,
+        wavenumbers: tuple[torch.Tensor, torch.Tensor],
+        axis: int,
+        coefficients: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`axis_symbol` at the wavenumbers :func:`_wavenumbers` gives."""
+        minus_k_squared, minus_k_conv = wavenumbers
+        rate, log_gain, drift = coefficients  # per head, or (B, 1, heads) per sample: symbols (M, C) or (B, M, C)
+        log_magnitude = rate * minus_k_squared  # (M, heads)
         magnitude = (log_magnitude + log_gain if axis == 0 else log_magnitude).exp()
-        phase = drift[:, axis] * minus_k_conv
+        phase = drift[..., axis] * minus_k_conv
         cos, sin = magnitude * phase.cos(), magnitude * phase.sin()
         if self.num_heads == self.channels:
             return cos, sin
@@ -448,22 +521,29 @@ class ConvectionDiffusionReaction2d(nn.Module):
             frequencies, analysis, synthesis = _graph_axis_bases(size, other, self.period_scale, self.modes, device)
         else:
             period, cell = self.axis_geometry(size, other)
-            frequencies, analysis, synthesis = _cached_axis_bases(size, other, self.period_scale, self.modes, device)
+            _, analysis, synthesis = _cached_axis_bases(size, other, self.period_scale, self.modes, device)
+            wavenumbers = _cached_wavenumbers(size, other, self.period_scale, self.modes, period, cell, device)
+            return (analysis, synthesis, *self._symbol_at(wavenumbers, axis, coefficients))
         cos, sin = self.axis_symbol(frequencies, period, cell, axis, coefficients)
         return analysis, synthesis, cos, sin
 
-    def apply_nhwc(self, x: torch.Tensor) -> torch.Tensor:
-        """The operator on ``(B, H, W, C)``. Where the kept modes would not reduce the map (:func:`_takes_dense_path`),
+    def apply_nhwc(
+        self, x: torch.Tensor, coefficients: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """The operator on ``(B, H, W, C)``, with the module's coefficients or the given ones (:meth:`coefficients`;
+        per sample, from its ``shifts``). Where the kept modes would not reduce the map (:func:`_takes_dense_path`),
         each axis applies as one dense ``(size, size)`` matrix per channel, built from the same modes and symbol
         (:func:`_apply_axis_matrices`; in inference, as the depthwise convolution those matrices are,
-        :func:`_apply_axis_convolutions`); elsewhere, the transforms (:func:`_apply_modes`). All compute the same
-        operator."""
+        :func:`_apply_axis_convolutions`); elsewhere, and for per-sample coefficients, the transforms
+        (:func:`_apply_modes`). All compute the same operator."""
         H, W = x.shape[1], x.shape[2]
-        coefficients = self.coefficients()
+        if coefficients is None:
+            coefficients = self.coefficients()
         h = self.axis_operator(H, W, 0, x.device, coefficients)
         w = self.axis_operator(W, H, 1, x.device, coefficients)
+        per_sample = coefficients[0].dim() > 1
         if torch.jit.is_scripting():  # TorchScript compiles no autograd function: it differentiates the forward
-            if _takes_dense_path(H, W, h[0].shape[0], w[0].shape[0]):
+            if not per_sample and _takes_dense_path(H, W, h[0].shape[0], w[0].shape[0]):
                 return _apply_axis_matrices(
                     x, _axis_matrix(h[0], h[1], h[2], h[3]), _axis_matrix(w[0], w[1], w[2], w[3])
                 )[0]
@@ -473,7 +553,7 @@ class ConvectionDiffusionReaction2d(nn.Module):
         x = x.to(dtype)
         if not isinstance(H, int):  # a graph for every size (see axis_operator): one path, its forward differentiated
             return _apply_modes(x, *(t.to(dtype) for t in (*_rotation(*h), *_rotation(*w))))[0]
-        dense = _takes_dense_path(H, W, h[0].shape[0], w[0].shape[0])
+        dense = not per_sample and _takes_dense_path(H, W, h[0].shape[0], w[0].shape[0])
         factors = (_axis_matrix(*h), _axis_matrix(*w)) if dense else (*_rotation(*h), *_rotation(*w))
         factors = tuple(t.to(dtype) for t in factors)
         if not torch.is_grad_enabled():  # inference keeps nothing for backward
@@ -481,6 +561,33 @@ class ConvectionDiffusionReaction2d(nn.Module):
         if torch.compiler.is_compiling():  # torch.compile differentiates the plain forward
             return (_apply_axis_matrices if dense else _apply_modes)(x, *factors)[0]
         return (_AxisMatrices if dense else _Modes).apply(x, *factors)
+
+    def axis_taps(
+        self,
+        size: int,
+        other: int,
+        axis: int,
+        device: torch.device,
+        coefficients: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    ) -> torch.Tensor:
+        """One axis of ``size`` cells as the taps of a depthwise cross-correlation with ``size - 1`` cells of zero
+        padding, ``(C, 2 size - 1)``: the Toeplitz taps of its :func:`_axis_matrix`."""
+        analysis, synthesis, cos, sin = self.axis_operator(size, other, axis, device, coefficients)
+        if torch.jit.is_scripting() or torch.compiler.is_compiling():
+            basis = _toeplitz_taps(_mode_matrices(analysis, synthesis))
+        else:
+            basis = _cached_mode_taps(size, other, self.period_scale, self.modes, device)
+        return torch.cat((cos, sin)).t() @ basis  # (C, 2M) @ (2M, 2 size - 1)
+
+    def kernel(self, height: int, width: int, device: torch.device | None = None) -> torch.Tensor:
+        """The operator on a ``height x width`` grid as the depthwise cross-correlation it is (zero padding of
+        ``height - 1`` and ``width - 1``): its ``(C, 2 height - 1, 2 width - 1)`` kernel, in float32, differentiable
+        in the coefficients. The outer product of the two axes' taps: the operator is separable."""
+        device = self.log_time.device if device is None else device
+        coefficients = self.coefficients()
+        along_h = self.axis_taps(height, width, 0, device, coefficients)  # (C, 2H - 1)
+        along_w = self.axis_taps(width, height, 1, device, coefficients)  # (C, 2W - 1)
+        return along_h[:, :, None] * along_w[:, None, :]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, H, W, C)
         # torch.fx records apply_operator as one call: the grid size, which drives it, is not known when tracing.
@@ -493,6 +600,36 @@ class ConvectionDiffusionReaction2d(nn.Module):
         return f"{self.channels}, num_heads={self.num_heads}, boundary={self.boundary!r}, modes={self.modes}"
 
 
-def create_cdr(channels: int, **kwargs) -> ConvectionDiffusionReaction2d:
-    """The CDR operator; arguments as :class:`ConvectionDiffusionReaction2d`'s."""
-    return ConvectionDiffusionReaction2d(channels, **kwargs)
+@register_notrace_module  # as its parent: a leaf for timm's tracer
+class DynamicConvectionDiffusionReaction2d(ConvectionDiffusionReaction2d):
+    """The CDR operator with per-sample coefficients: a linear map of the input's spatial mean shifts each head's
+    log-diffusion, velocity (H, W), reaction and log-time, each shift bounded to ``(-1, 1)`` by a tanh, so a
+    sample's time stays within a factor e of its head's. For each sample it is still a CDR operator: linear in the
+    pixels, diagonal in the Fourier basis, in content units. The map starts at zero (:meth:`start_static`): the
+    operator starts as the static one. Unbounded, the shifts grow with the map's weights and a sample's log-gain
+    ``t (r + dr)``, with ``t = exp(log_time + dt)``, passes float32's exp range: an infinite symbol, a NaN loss.
+
+    Arguments as :class:`ConvectionDiffusionReaction2d`'s.
+    """
+
+    def __init__(self, channels: int, **kwargs: Any):
+        super().__init__(channels, **kwargs)
+        dd = {"device": kwargs.get("device"), "dtype": kwargs.get("dtype")}
+        self.to_coefficients = nn.Linear(channels, 5 * self.num_heads, **dd)
+        self.start_static()
+
+    def start_static(self) -> None:
+        """Zero the coefficient map: every sample gets the module's own coefficients."""
+        nn.init.zeros_(self.to_coefficients.weight)
+        nn.init.zeros_(self.to_coefficients.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, H, W, C)
+        shifts = self.to_coefficients(x.mean((1, 2))).tanh()  # (B, 5 heads)
+        return self.apply_nhwc(x, self.coefficients(shifts.view(x.shape[0], 5, self.num_heads)))
+
+
+def create_cdr(channels: int, dynamic: bool = False, **kwargs: Any) -> ConvectionDiffusionReaction2d:
+    """The CDR operator; with ``dynamic``, its per-sample form (:class:`DynamicConvectionDiffusionReaction2d`);
+    other arguments as :class:`ConvectionDiffusionReaction2d`'s."""
+    operator = DynamicConvectionDiffusionReaction2d if dynamic else ConvectionDiffusionReaction2d
+    return operator(channels, **kwargs)

@@ -4,9 +4,10 @@ A hierarchical 4-stage backbone (stride 4/8/16/32) whose blocks pair a learned l
 a learnable convection–diffusion–reaction (CDR) operator (:mod:`iris_timm.layers.cdr`, linear in the number of
 tokens, open image edges, any resolution). Each block is gated (MambaOut's design): one norm, one expanding linear
 split into gate, identity and spatial channels, a depthwise conv plus the CDR operator on the spatial channels, and
-one projecting linear. ``spatial_mix`` keeps one of the two filters for ablations. Features stay channels-last
-``(B, H, W, C)`` inside the network; ``forward_intermediates`` returns NCHW by default, like timm's other
-channels-last models.
+one projecting linear. Its hidden width is ``expansion_ratio * dim`` rounded up to a multiple of ``multiple_of``
+(LLaMA's rule), widths the CPU's matrix kernels run at full speed (docs/benchmarks.md). ``spatial_mix`` keeps one
+of the two filters for ablations. Features stay channels-last ``(B, H, W, C)`` inside the network;
+``forward_intermediates`` returns NCHW by default, like timm's other channels-last models.
 
 Every registered name starts with ``iris_``. Pretrained weights, once published, follow the hub id
 scheme ``iris-timm/<model name>.<tag>`` (for example ``iris-timm/iris_pdessm_s.in1k``), set through
@@ -15,12 +16,14 @@ carry no ``hf_hub_id`` and ``pretrained=True`` raises timm's "No pretrained weig
 does for any model without weights.
 """
 
+import math
 import warnings
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import (
     ClNormMlpClassifierHead,
@@ -40,12 +43,22 @@ from timm.models import (
     register_notrace_function,
 )
 from timm.models._features import feature_take_indices
+from timm.models._input import update_model_args
 from torch import nn
 
-from ..layers import SPATIAL_MIXES, ConvectionDiffusionReaction2d, create_spatial_filter
-from ..weights import check_weights, keys_timm_adapts
+from ..layers import (
+    SPATIAL_MIXES,
+    ConvectionDiffusionReaction2d,
+    DynamicConvectionDiffusionReaction2d,
+    create_spatial_filter,
+)
+from ..weights import check_pretrained_file, check_weights, keys_timm_adapts, weights_source
 
-__all__ = ["GatedBlock", "IrisPDESSM"]
+__all__ = ["GatedBlock", "IrisPDESSM", "hidden_width"]
+
+# The hidden widths are rounded up to a multiple of this (the model argument ``multiple_of``); 1 keeps
+# ``int(expansion_ratio * dim)``, the widths of folders saved before the option existed.
+MULTIPLE_OF = 8
 
 
 def _check_shape(x: torch.Tensor, in_chans: int, min_size: int) -> None:
@@ -186,12 +199,21 @@ class Downsample(nn.Module):
         return self.norm(x)
 
 
+def hidden_width(dim: int, expansion_ratio: float, multiple_of: int) -> int:
+    """The gated block's hidden width: ``int(expansion_ratio * dim)`` rounded up to a multiple of ``multiple_of``."""
+    return multiple_of * math.ceil(int(expansion_ratio * dim) / multiple_of)
+
+
 class GatedBlock(nn.Module):
     """Gated block (MambaOut's design, with a local and a global spatial filter): one norm, one residual.
 
     ``norm -> fc1 -> split (gate, identity, spatial) -> spatial filter -> act(gate) * cat(identity, spatial)
-    -> fc2``, added to the input. ``fc1`` expands to ``2 * expansion_ratio * dim``; ``dim`` of the expanded
-    channels pass through the spatial filter (``spatial_layer``: :func:`iris_timm.layers.create_spatial_filter`).
+    -> fc2``, added to the input. ``fc1`` expands to ``2 * hidden`` channels (``hidden_width``); ``dim`` of them pass
+    through the spatial filter (``spatial_layer``: :func:`iris_timm.layers.create_spatial_filter`).
+
+    ``fc1``'s rows are the gate, identity and spatial channels in this order and ``fc2``'s columns the identity and
+    spatial ones: each part is its own product, so every part is contiguous (the spatial filter reads its input
+    where it lies) and the concatenation is never built: ``fc2`` applies to each gated part and the two are summed.
     """
 
     def __init__(
@@ -199,6 +221,7 @@ class GatedBlock(nn.Module):
         dim: int,
         spatial_layer: Callable[..., nn.Module],
         expansion_ratio: float = 8 / 3,
+        multiple_of: int = MULTIPLE_OF,
         ls_init_value: float | None = None,
         drop_path: float = 0.0,
         act_layer: type[nn.Module] = nn.GELU,
@@ -208,11 +231,11 @@ class GatedBlock(nn.Module):
     ):
         super().__init__()
         dd = {"device": device, "dtype": dtype}
-        hidden = int(expansion_ratio * dim)
-        if hidden < dim:
+        if expansion_ratio < 1:
             raise ValueError(
                 f"expansion_ratio must be at least 1 (the spatial channels are dim), got {expansion_ratio}."
             )
+        hidden = hidden_width(dim, expansion_ratio, multiple_of)
         self.split_sizes = [hidden, hidden - dim, dim]  # gate, identity, spatial
         self.norm = norm_layer(dim, **dd)
         self.fc1 = nn.Linear(dim, 2 * hidden, **dd)
@@ -224,10 +247,20 @@ class GatedBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shortcut = x  # (B, H, W, C)
+        x = self.norm(x)
+        # Slices of the weights, not a split: exporters fold a slice of a constant into a constant.
+        gate_end, identity_end = self.split_sizes[0], self.split_sizes[0] + self.split_sizes[1]
+        weight, bias = self.fc1.weight, self.fc1.bias
+        gate = self.act(F.linear(x, weight[:gate_end], bias[:gate_end]))  # (B, H, W, hidden)
+        identity = F.linear(x, weight[gate_end:identity_end], bias[gate_end:identity_end])  # (B, H, W, hidden - C)
+        spatial = self.spatial(F.linear(x, weight[identity_end:], bias[identity_end:]))  # (B, H, W, C)
         # dim=3, not -1: the TorchScript ONNX exporter loses the rank after the operator and resolves -1 wrongly.
-        gate, identity, spatial = torch.split(self.fc1(self.norm(x)), self.split_sizes, dim=3)
-        x = self.act(gate) * torch.cat((identity, self.spatial(spatial)), dim=3)  # (B, H, W, hidden)
-        return shortcut + self.drop_path(self.ls(self.fc2(x)))
+        gate_identity, gate_spatial = torch.split(gate, self.split_sizes[1:], dim=3)
+        # fc2 of act(gate) * cat(identity, spatial): the sum of its column blocks' products.
+        num_identity = self.split_sizes[1]
+        x = F.linear(gate_identity * identity, self.fc2.weight[:, :num_identity])
+        x = x + F.linear(gate_spatial * spatial, self.fc2.weight[:, num_identity:], self.fc2.bias)  # (B, H, W, C)
+        return shortcut + self.drop_path(self.ls(x))
 
 
 class IrisStage(nn.Module):
@@ -242,6 +275,7 @@ class IrisStage(nn.Module):
         drop_path: list[float],
         spatial_layer: Callable[..., nn.Module],
         expansion_ratio: float = 8 / 3,
+        multiple_of: int = MULTIPLE_OF,
         norm_layer: type[nn.Module] = LayerNorm,
         device=None,
         dtype=None,
@@ -257,6 +291,7 @@ class IrisStage(nn.Module):
                     dim_out,
                     spatial_layer,
                     expansion_ratio,
+                    multiple_of,
                     drop_path=drop_path[i],
                     norm_layer=norm_layer,
                     **block_kwargs,
@@ -278,7 +313,12 @@ def _is_int(value: Any) -> bool:
 
 
 def check_architecture(
-    depths: tuple[int, ...], dims: tuple[int, ...], kernel_size: int, spatial_mix: str, pde_modes: int
+    depths: tuple[int, ...],
+    dims: tuple[int, ...],
+    multiple_of: int,
+    kernel_size: int,
+    spatial_mix: str,
+    pde_modes: int,
 ) -> None:
     """Reject model arguments that would build a model whose forward fails, saying what is accepted."""
     if len(depths) != len(dims):
@@ -287,6 +327,10 @@ def check_architecture(
         raise ValueError(f"depths must be whole numbers >= 0, one per stage, got {depths}.")
     if not all(_is_int(d) and d >= 1 for d in dims):
         raise ValueError(f"dims must be whole numbers >= 1, one per stage, got {dims}.")
+    if not _is_int(multiple_of) or multiple_of < 1:
+        raise ValueError(
+            f"multiple_of must be a whole number >= 1 (1 keeps int(expansion_ratio * dim)), got {multiple_of!r}."
+        )
     if not _is_int(kernel_size) or kernel_size < 1 or kernel_size % 2 == 0:
         raise ValueError(
             "kernel_size must be an odd whole number >= 1 (the depthwise conv keeps the grid size), "
@@ -307,7 +351,10 @@ class IrisPDESSM(nn.Module):
         global_pool: ``'avg'``, ``'max'``, ``'avgmax'`` or ``''`` (no pooling).
         depths: blocks per stage.
         dims: channels per stage.
-        expansion_ratio: ``fc1`` expands to ``2 * expansion_ratio * dim`` (gate and value halves).
+        expansion_ratio: the gated blocks' hidden width is about ``expansion_ratio * dim``; ``fc1`` expands to
+            twice it (gate and value halves).
+        multiple_of: the hidden width, ``int(expansion_ratio * dim)``, is rounded up to a multiple of this; ``1``
+            keeps it (the widths of folders saved before this option existed).
         kernel_size: the depthwise conv's kernel size.
         spatial_mix: what each block's spatial filter holds: ``'both'`` (``dwconv(x) + CDR(x)``, the design), or the
             ablations ``'local'`` (``dwconv(x)``: MambaOut's block) and ``'global'`` (``CDR(x)``).
@@ -317,6 +364,8 @@ class IrisPDESSM(nn.Module):
             every mode with no resolution floor.
         pde_gain_init: initial value of a learned per-channel gain on the operator's path (``'both'`` only);
             ``None``: no gain. At ``0.0`` each block starts as its local-only ablation.
+        pde_dynamic: each sample gets its own operator, its coefficients shifted by a map of the filter input's
+            spatial mean (:class:`iris_timm.layers.DynamicConvectionDiffusionReaction2d`), starting at zero.
         stem_stride: 4 for ImageNet-sized inputs; 2 or 1 for small images such as CIFAR's 32x32.
         ls_init_value: initial layer scale; ``None`` disables layer scale.
         drop_rate: dropout before the classifier.
@@ -331,11 +380,13 @@ class IrisPDESSM(nn.Module):
         depths: tuple[int, ...] = (3, 4, 15, 3),
         dims: tuple[int, ...] = (64, 128, 320, 512),
         expansion_ratio: float = 8 / 3,
+        multiple_of: int = MULTIPLE_OF,
         kernel_size: int = 7,
         spatial_mix: str = "both",
         pde_heads: int | None = None,
         pde_modes: int = 6,
         pde_gain_init: float | None = None,
+        pde_dynamic: bool = False,
         stem_stride: int = 4,
         ls_init_value: float | None = None,
         act_layer: str | type[nn.Module] = nn.GELU,
@@ -346,12 +397,13 @@ class IrisPDESSM(nn.Module):
         dtype=None,
     ):
         super().__init__()
-        check_architecture(depths, dims, kernel_size, spatial_mix, pde_modes)
+        check_architecture(depths, dims, multiple_of, kernel_size, spatial_mix, pde_modes)
         dd = {"device": device, "dtype": dtype}
         act_layer = get_act_layer(act_layer)
         self.num_classes = num_classes
         self.in_chans = in_chans
         self.drop_rate = drop_rate
+        self.expansion_ratio, self.multiple_of = expansion_ratio, multiple_of
         self.output_fmt = "NHWC"
         # Every stride-2 conv rounds up, so any input of at least one stem cell gives every stage a grid >= 1x1.
         self.min_input_size = stem_stride
@@ -364,6 +416,7 @@ class IrisPDESSM(nn.Module):
             num_heads=pde_heads,
             modes=pde_modes,
             gain_init=pde_gain_init,
+            dynamic=pde_dynamic,
         )
         drop_path_rates = calculate_drop_path_rates(drop_path_rate, depths, stagewise=True)
         self.stages = nn.Sequential()
@@ -380,6 +433,7 @@ class IrisPDESSM(nn.Module):
                     drop_path=drop_path_rates[i],
                     spatial_layer=spatial_layer,
                     expansion_ratio=expansion_ratio,
+                    multiple_of=multiple_of,
                     norm_layer=norm_layer,
                     ls_init_value=ls_init_value,
                     act_layer=act_layer,
@@ -399,6 +453,8 @@ class IrisPDESSM(nn.Module):
             trunc_normal_(module.weight, std=0.02)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
+        if isinstance(module, DynamicConvectionDiffusionReaction2d):  # visited after its map: back to zero
+            module.start_static()
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
@@ -505,17 +561,40 @@ class IrisPDESSM(nn.Module):
         return self.forward_head(x)
 
 
+def check_hidden_widths(weights: dict[str, Any], model: IrisPDESSM, source: str) -> None:
+    """Refuse weights (tensors, or anything with a ``shape``) whose gated blocks have other hidden widths than
+    ``model``'s, naming the smallest ``multiple_of`` that gives every block's width, where one does."""
+    own = model.state_dict()
+    fc2 = [  # (dim, saved hidden width, the model's) of each block the weights hold
+        (own[key].shape[0], value.shape[1], own[key].shape[1])
+        for key, value in weights.items()
+        if key.endswith(".fc2.weight") and key in own and len(value.shape) == 2 and value.shape[0] == own[key].shape[0]
+    ]
+    if all(saved == ours for _, saved, ours in fc2):
+        return
+    width = partial(hidden_width, expansion_ratio=model.expansion_ratio)
+    widest = max(saved for _, saved, _ in fc2)
+    matching = [m for m in range(1, widest + 1) if all(width(d, multiple_of=m) == saved for d, saved, _ in fc2)]
+    if matching:
+        theirs, ours = sorted({(d, saved) for d, saved, _ in fc2}), sorted({(d, w) for d, _, w in fc2})
+        raise ValueError(
+            f"{source}: the gated blocks' hidden widths {[w for _, w in theirs]} (dims {[d for d, _ in theirs]}) are "
+            f"those of multiple_of={matching[0]}, the model's {[w for _, w in ours]} those of multiple_of="
+            f"{model.multiple_of}: create the model with multiple_of={matching[0]}."
+        )
+
+
 def checkpoint_filter_fn(state_dict: dict[str, torch.Tensor], model: IrisPDESSM) -> dict[str, torch.Tensor]:
     """Accept a bare state dict or a training checkpoint that wraps it under 'model' or 'state_dict'; refuse
-    weights that do not fit the model, in another dtype, or holding NaN or infinity (``iris_timm.weights``).
-    timm's loaders (``pretrained=True`` with ``local-dir:``, ``hf-hub:`` or a file) call it on the model they built,
-    so each refusal names what is wrong."""
+    weights saved with other hidden widths (naming the ``multiple_of`` to pass), that do not fit the model, in
+    another dtype, or holding NaN or infinity (``iris_timm.weights``). timm's loaders (``pretrained=True`` with
+    ``local-dir:``, ``hf-hub:`` or a file) call it on the model they built, so each refusal names what is wrong."""
     for key in ("model", "state_dict"):
         if key in state_dict and isinstance(state_dict[key], dict):
             state_dict = state_dict[key]
             break
-    cfg = getattr(model, "pretrained_cfg", None) or {}
-    source = cfg.get("file") or cfg.get("hf_hub_id") or f"the weights of {cfg.get('architecture', 'the model')}"
+    source = weights_source(getattr(model, "pretrained_cfg", None) or {})
+    check_hidden_widths(state_dict, model, source)
     check_weights(state_dict, model, source, skip=keys_timm_adapts(model))
     return state_dict
 
@@ -550,7 +629,14 @@ default_cfgs = generate_default_cfgs(
 
 
 def _create_iris_pdessm(variant: str, pretrained: bool = False, **kwargs: Any) -> IrisPDESSM:
-    return build_model_with_cfg(
+    """Build a model; one from a saved folder whose ``model_args`` lack ``multiple_of`` (saved before the option
+    existed) gets the widths it was saved with, and ``multiple_of`` is recorded for the folders saved from it."""
+    saved_args = kwargs.get("pretrained_model_args")
+    if saved_args is not None and "multiple_of" not in saved_args:
+        kwargs.setdefault("multiple_of", 1)
+    if pretrained:  # a truncated or corrupt weights file is named before timm's loader reads it
+        check_pretrained_file(variant, **kwargs)
+    model = build_model_with_cfg(
         IrisPDESSM,
         variant,
         pretrained,
@@ -558,6 +644,8 @@ def _create_iris_pdessm(variant: str, pretrained: bool = False, **kwargs: Any) -
         feature_cfg=dict(out_indices=(0, 1, 2, 3), feature_cls="getter", flatten_sequential=True),
         **kwargs,
     )
+    update_model_args(model, multiple_of=kwargs.get("multiple_of", MULTIPLE_OF))
+    return model
 
 
 @register_model

@@ -12,78 +12,100 @@ import torch
 from .clock import PACE_STEPS
 from .data import LOADERS, dataset_kind
 from .errors import TrainingError
-from .recipes import BARE, parse_recipe
-from .run_folder import TRAINER_STATE
+from .recipes import HELP, parse_recipe, setting
+from .run_folder import TRAINER_STATE, check_output_dir
 
 __all__ = ["RESUMABLE_CHANGES", "Config", "parse_config", "validate"]
 
 
 @dataclass
 class Config:
+    """Every setting of a run: a recipe key and a command-line flag each, with the help line ``--help`` shows."""
+
     # model
-    model: str = "iris_pdessm_test"  # a timm model name; iris_* models export with their model card
-    model_kwargs: dict = field(default_factory=lambda: {"stem_stride": 2})  # extra timm.create_model arguments
-    pretrained: str | None = None  # hf-hub:ORG/NAME, local-dir:PATH or a .safetensors file
-    img_size: int | None = 32  # None: the model's pretrained_cfg input size
-    drop_path: float = 0.0
-    freeze_backbone: bool = False  # linear probe: train the classifier only
-    grad_checkpointing: bool = False
-    channels_last: bool = False
-    compile: bool = False
-    num_threads: int | None = None  # torch's CPU threads per process; None: torch's default (OMP_NUM_THREADS)
+    model: str = setting("iris_pdessm_test", "a timm model (iris_pdessm_s, resnet10t, ...); iris_* export a card")
+    model_kwargs: dict = field(
+        default_factory=lambda: {"stem_stride": 2}, metadata={HELP: "extra timm.create_model arguments, a JSON object"}
+    )
+    pretrained: str | None = setting(
+        None, "weights to start from: hf-hub:ORG/NAME, local-dir:PATH (a saved folder) or a .safetensors file"
+    )
+    img_size: int | None = setting(32, "image size in pixels; none: the model's pretrained_cfg input size")
+    drop_path: float = setting(0.0, "stochastic depth (drop path) rate")
+    freeze_backbone: bool = setting(False, "a linear probe: train the classifier only")
+    grad_checkpointing: bool = setting(False, "recompute activations in the backward pass: less memory, more time")
+    channels_last: bool = setting(False, "train in the channels-last memory layout")
+    compile: bool = setting(False, "torch.compile the model (inductor)")
+    num_threads: int | None = setting(None, "torch's CPU threads per process; none: OMP_NUM_THREADS or torch's default")
     # data
-    dataset: str = "digits"  # "digits" (ships with scikit-learn), a Hub name, Parquet file/folder or image folder
-    data_source: str | None = None  # where the data come from, said when the dataset is missing (data not public)
-    dataset_config: str | None = None
-    train_split: str = "train"
-    val_split: str | None = None  # None: "validation", "val" or "valid", else val_fraction of train, held out by class
-    val_fraction: float = 0.1
-    image_column: str = "image"
-    label_column: str = "label"
-    streaming: bool = False  # stream a Hub dataset instead of downloading it whole (needs max_steps)
-    loader: str = "auto"  # memory: decoded once, batches augmented on the device; pil: timm's transforms; auto
-    num_workers: int = 0
+    dataset: str = setting(
+        "digits",
+        "digits (ships with scikit-learn), a Hub dataset id ORG/NAME, a Parquet file or a folder of one .parquet per "
+        "split (train.parquet, val.parquet), or an image folder (<class>/*.png, or train/<class>/*.png and "
+        "validation/<class>/*.png)",
+    )
+    data_source: str | None = setting(None, "where the dataset comes from, said when it is missing (data not public)")
+    dataset_config: str | None = setting(None, "the Hub dataset's configuration name")
+    train_split: str = setting("train", "the split to train on")
+    val_split: str | None = setting(
+        None, "the split to validate on; none: validation, val or valid, else val_fraction of train held out by class"
+    )
+    val_fraction: float = setting(0.1, "the share of train held out for validation where there is no such split")
+    image_column: str = setting("image", "the dataset's image column")
+    label_column: str = setting("label", "the dataset's label column (class indices 0..N-1, or a ClassLabel)")
+    streaming: bool = setting(False, "stream a Hub dataset instead of downloading it whole (needs max_steps)")
+    loader: str = setting(
+        "auto", "memory: decoded once, batches augmented on the device; pil: timm's per-image transforms; auto: memory "
+        "where the split fits and the recipe asks for nothing it lacks"
+    )  # fmt: skip
+    num_workers: int = setting(0, "data-loading worker processes")
     # augmentation and regularisation
-    scale: tuple[float, float] = (0.5, 1.0)  # random-resized-crop area range
-    hflip: float = 0.0
-    vflip: float = 0.0
-    transpose: float = 0.0  # swap the image axes; with hflip and vflip at 0.5: every flip and 90° rotation
-    auto_augment: str | None = None  # e.g. "rand-m9-mstd0.5-inc1-mmax9" (RandAugment; pil loader only)
-    reprob: float = 0.0  # random erasing probability (pil loader only)
-    color_jitter: float = 0.0  # brightness, contrast and saturation jitter (pil loader only)
-    crop_pct: float | None = 1.0  # eval centre-crop fraction; None: the model's
-    mixup: float = 0.0
-    cutmix: float = 0.0
-    smoothing: float = 0.1
+    scale: tuple[float, float] = setting((0.5, 1.0), "random-resized-crop area range, a JSON pair")
+    hflip: float = setting(0.0, "probability of a left-right flip")
+    vflip: float = setting(0.0, "probability of a top-bottom flip")
+    transpose: float = setting(0.0, "probability of swapping the image axes (with both flips at 0.5: every rotation)")
+    auto_augment: str | None = setting(None, "a RandAugment policy, e.g. rand-m9-mstd0.5-inc1-mmax9 (pil loader only)")
+    reprob: float = setting(0.0, "random erasing probability (pil loader only)")
+    color_jitter: float = setting(0.0, "brightness, contrast and saturation jitter (pil loader only)")
+    crop_pct: float | None = setting(1.0, "evaluation centre-crop fraction; none: the model's")
+    mixup: float = setting(0.0, "mixup alpha; 0: off")
+    cutmix: float = setting(0.0, "cutmix alpha; 0: off")
+    smoothing: float = setting(0.1, "label smoothing")
     # optimisation (timm optimizer and scheduler factories)
-    epochs: int = 8
-    max_steps: int | None = None  # stop after this many optimizer updates (overrides epochs)
-    time_budget_s: float | None = None  # train about this long (evaluation excluded); see fit_to_budget
-    batch_size: int = 64  # per process
-    grad_accum_steps: int = 1
-    opt: str = "adamw"
-    lr: float = 2e-3
-    weight_decay: float = 0.05
-    momentum: float = 0.9
-    layer_decay: float | None = None  # layer-wise LR decay through the model's group_matcher
-    sched: str = "cosine"
-    warmup_steps: int = 20
-    min_lr: float = 1e-5
-    clip_grad: float | None = 1.0
-    ema_decay: float | None = None  # keep an EMA of the weights; it is what gets exported
-    mixed_precision: str = "no"  # no | bf16 | fp16
+    epochs: int = setting(8, "passes over the training split (max_steps wins)")
+    max_steps: int | None = setting(None, "stop after this many optimizer updates (overrides epochs)")
+    time_budget_s: float | None = setting(
+        None, "train about this many seconds (evaluation excluded): the step count is fitted to the measured pace"
+    )
+    batch_size: int = setting(64, "images per process and batch")
+    grad_accum_steps: int = setting(1, "batches accumulated into one optimizer update")
+    opt: str = setting("adamw", "a timm optimizer (adamw, lamb, sgd, ...)")
+    lr: float = setting(2e-3, "peak learning rate")
+    weight_decay: float = setting(0.05, "weight decay")
+    momentum: float = setting(0.9, "momentum, for the optimizers that take one (sgd)")
+    layer_decay: float | None = setting(None, "layer-wise LR decay through the model's group_matcher, e.g. 0.75")
+    sched: str = setting("cosine", "a timm LR schedule, stepped per update")
+    warmup_steps: int = setting(20, "warm-up updates (at most half the run)")
+    min_lr: float = setting(1e-5, "the schedule's lowest learning rate")
+    clip_grad: float | None = setting(1.0, "clip the gradient norm to this; none: no clipping")
+    ema_decay: float | None = setting(None, "keep an EMA of the weights with this decay; it is what gets exported")
+    mixed_precision: str = setting("no", "no, bf16 or fp16 (autocast; fp16 adds loss scaling and needs a CUDA GPU)")
     # run
-    output_dir: str = "output/digits"
-    seed: int = 0
-    resume: str | None = field(default=None, metadata={BARE: "auto"})  # "auto" (bare --resume) or a checkpoint folder
-    overwrite: bool = False  # clear an output_dir that holds another run (otherwise such a folder is refused)
-    checkpoint_every: int | None = None  # steps; a checkpoint is also written after each epoch
-    keep_checkpoints: int = 2
-    log_every: int = 10
-    eval_every: int | None = None  # also evaluate every this many steps (accuracy vs samples seen)
-    eval_every_s: float | None = None  # also evaluate after each this many seconds of training (accuracy vs time)
-    max_bad_steps: int = 5  # stop after this many non-finite losses in a row
-    log_with: str | None = "auto"  # Accelerate tracker ("tensorboard", ...), "auto": TensorBoard if installed
+    output_dir: str = setting("output/digits", "the run folder: checkpoints, metrics.jsonl, the exported model")
+    seed: int = setting(0, "seed of the weights, the data order and the augmentation")
+    resume: str | None = setting(
+        None, "continue the run from output_dir's latest checkpoint (bare --resume: auto) or from this folder", "auto"
+    )
+    overwrite: bool = setting(False, "clear an output_dir that holds another run (otherwise such a folder is refused)")
+    checkpoint_every: int | None = setting(
+        None, "also checkpoint every this many steps; one is written after each epoch and on Ctrl-C or SIGTERM"
+    )
+    keep_checkpoints: int = setting(2, "how many checkpoints to keep")
+    log_every: int = setting(10, "log the loss and LR every this many steps")
+    eval_every: int | None = setting(None, "also evaluate every this many steps (accuracy vs samples seen)")
+    eval_every_s: float | None = setting(None, "also evaluate after each this many seconds of training")
+    max_bad_steps: int = setting(5, "stop after this many non-finite losses in a row")
+    log_with: str | None = setting("auto", "an Accelerate tracker (tensorboard, ...); auto: TensorBoard if installed")
 
 
 def parse_config(argv: list[str] | None = None, description: str | None = None) -> Config:
@@ -97,6 +119,7 @@ def parse_config(argv: list[str] | None = None, description: str | None = None) 
 def validate(cfg: Config) -> None:
     """Fail before any training on values that cannot work, saying what to fix."""
     dataset_kind(cfg)  # a missing dataset first: its message says where the recipe's data come from
+    check_output_dir(Path(cfg.output_dir))
     if not timm.is_model(cfg.model):
         close = difflib.get_close_matches(cfg.model, timm.list_models(), n=3)
         raise TrainingError(f"timm does not know the model {cfg.model!r}. Close names: {close or 'none'}.")

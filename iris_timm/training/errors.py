@@ -1,6 +1,8 @@
 """The one error type of the training support: what a user can fix (a recipe value, a dataset, a run folder), with a
 message that says what is wrong and what to do. ``train.py`` prints it as one line and exits non-zero."""
 
+import signal
+
 __all__ = ["Interrupted", "TrainingError", "WrongLaunch"]
 
 
@@ -12,9 +14,12 @@ class TrainingError(Exception):
 
 
 class Interrupted(TrainingError):
-    """Training was stopped (Ctrl-C) after its last checkpoint; the message says how to continue."""
+    """Training was stopped by a signal (Ctrl-C's SIGINT, or SIGTERM); the message says how to continue. The exit
+    status is the one a shell gives a process that signal ended: 130 for SIGINT, 143 for SIGTERM."""
 
-    exit_code = 130
+    def __init__(self, message: str, signum: signal.Signals = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
 
 
 class WrongLaunch(TrainingError):

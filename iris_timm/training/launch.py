@@ -7,6 +7,9 @@ and ends the launch (:func:`stop_launcher`), so that the message shows once and 
 """
 
 import os
+import stat
+import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -59,8 +62,34 @@ def stop_launcher(timeout_s: float = 30.0) -> None:
         return
     others = [process for process in launcher.children() if process.pid != os.getpid()]
     psutil.wait_procs(others, timeout=timeout_s)  # they end quietly; stopped by the launcher, each would log a line
+    wait_until_passed_on(launcher)
     launcher.terminate()
     try:
         launcher.wait(timeout_s)
     except psutil.TimeoutExpired:
         pass
+
+
+def _stderr_unread() -> int:
+    """The bytes this process wrote to its stderr that its reader has not taken yet, where stderr is a pipe (0 where
+    it is not, or where the platform cannot tell)."""
+    try:
+        import fcntl
+        import termios
+
+        if not stat.S_ISFIFO(os.fstat(sys.stderr.fileno()).st_mode):
+            return 0
+        return int.from_bytes(fcntl.ioctl(sys.stderr.fileno(), termios.FIONREAD, bytes(4)), sys.byteorder)
+    except (ImportError, OSError, ValueError):
+        return 0
+
+
+def wait_until_passed_on(launcher: psutil.Process, timeout_s: float = 5.0) -> None:
+    """Wait, at most ``timeout_s``, until the launcher has read what this process wrote to stderr and waits for
+    more. `accelerate launch` reads its process's stderr through a pipe and writes it on: stopped between the two, it
+    would drop the message that says why the launch ends."""
+    deadline = time.monotonic() + timeout_s
+    idle = 0
+    while idle < 2 and time.monotonic() < deadline:  # twice in a row: not just between a read and its write
+        idle = idle + 1 if _stderr_unread() == 0 and launcher.status() == psutil.STATUS_SLEEPING else 0
+        time.sleep(0.02)

@@ -1,6 +1,7 @@
 """Recipes: a dataclass of settings read from its defaults, a YAML file and the command line, in that order.
 
-Every field is a YAML key and a command-line flag (``batch_size`` is ``--batch-size``; a bare boolean flag means true).
+Every field is a YAML key and a command-line flag (``batch_size`` is ``--batch-size``; a bare boolean flag means true),
+declared with :func:`setting`, whose help line ``--help`` shows.
 A YAML recipe may name a ``base:`` recipe (a path relative to itself) whose values it overrides; its ``model_kwargs``
 add to the base's, unless it names another model (whose arguments those are not) or gives ``{}``, which clears them.
 Every value is checked against its field's type, and every unknown key or flag is refused with the closest valid one.
@@ -19,11 +20,18 @@ import yaml
 
 from .errors import TrainingError
 
-__all__ = ["BARE", "parse_recipe"]
+__all__ = ["BARE", "HELP", "parse_recipe", "setting"]
 
 BARE = "bare"  # a field's metadata key: the value its flag takes when given bare (``--resume`` means "auto")
+HELP = "help"  # a field's metadata key: its one line of ``--help``
 
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def setting(default: Any, help: str, bare: str | None = None) -> Any:
+    """A settings field: its (immutable) default, the line ``--help`` shows for it, and the value its flag takes when
+    given bare. A mutable default is ``dataclasses.field(default_factory=..., metadata={HELP: ...})``."""
+    return dataclasses.field(default=default, metadata={HELP: help} | ({BARE: bare} if bare is not None else {}))
 
 
 def _check_keys(fields: list[str], keys, source: str) -> None:
@@ -92,16 +100,17 @@ def parse_recipe(settings: type, argv: list[str] | None = None, description: str
     """The values set for the dataclass ``settings`` by ``--config FILE`` and the other flags of ``argv``, typed;
     fields set nowhere are left out (they keep their defaults)."""
     annotations = typing.get_type_hints(settings)
-    bare = {f.name: f.metadata[BARE] for f in dataclasses.fields(settings) if BARE in f.metadata}
+    metadata = {f.name: f.metadata for f in dataclasses.fields(settings)}
     defaults = settings()
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", help="YAML recipe (see configs/)")
+    parser.add_argument("--config", help="a YAML recipe (see configs/); the flags below override its keys")
     for name, annotation in annotations.items():
         # A bare flag means its field's BARE value, or true for a boolean (--overwrite).
-        const = bare.get(name, "true" if annotation is bool else None)
+        const = metadata[name].get(BARE, "true" if annotation is bool else None)
+        help_line = f"{metadata[name][HELP]} (default: {getattr(defaults, name)!r})"
         parser.add_argument(
             "--" + name.replace("_", "-"), nargs="?" if const else None, const=const, default=argparse.SUPPRESS,
-            help=f"default: {getattr(defaults, name)!r}",
+            help=help_line.replace("%", "%%"),  # argparse formats help with %
         )  # fmt: skip
     args, unknown = parser.parse_known_args(argv)
     for word in (w for w in unknown if w.startswith("--")):

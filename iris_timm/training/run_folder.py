@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ __all__ = [
     "TrainerState",
     "TrainingLog",
     "append_metrics",
+    "check_output_dir",
     "checkpoint_dirs",
     "last_checkpoint",
     "read_evaluations",
@@ -213,6 +215,25 @@ def checkpoint_dirs(folder: Path) -> list[Path]:
 def last_checkpoint(folder: Path) -> str:
     """The latest complete checkpoint, for messages."""
     return str((checkpoint_dirs(folder)[-1:] or ["none written yet"])[0])
+
+
+def check_output_dir(folder: Path) -> None:
+    """Refuse, before anything is loaded or written, a run folder that cannot be made or written in: a file on its
+    path, or a folder this process may not write in (tried with an empty folder, removed at once)."""
+    nearest = next(path for path in (folder, *folder.parents) if path.exists())
+    made = "written in" if nearest == folder else "made"
+    if not nearest.is_dir():
+        raise TrainingError(
+            f"output_dir: {folder} cannot be {made}: {nearest} is a file, not a folder. Choose another --output-dir."
+        )
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=nearest, prefix=".write-check-"))
+    except OSError as error:
+        reason = "you may not write in" if isinstance(error, PermissionError) else "nothing can be written in"
+        raise TrainingError(
+            f"output_dir: {folder} cannot be {made}: {reason} {nearest} ({error.strerror}). Choose another "
+            "--output-dir."
+        ) from None
 
 
 def _lock(folder: Path) -> FileLock:

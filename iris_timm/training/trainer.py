@@ -4,7 +4,8 @@ studies in ``benchmarks/`` call it too, so every figure they report comes from t
 
 The run folder (``cfg.output_dir``) holds train_config.yaml, metrics.jsonl, checkpoints/step_<N>/, best/, the
 exported model and summary.json (:mod:`.run_folder`). One run per folder, held by a lock; a run resumes bitwise.
-Everything a user can fix ends in a :class:`TrainingError`.
+SIGINT (Ctrl-C) or SIGTERM stops it after the step it is in, with a checkpoint there (:mod:`.interrupt`). Everything
+a user can fix ends in a :class:`TrainingError`.
 """
 
 import dataclasses
@@ -15,8 +16,9 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import timm
@@ -38,6 +40,7 @@ from .clock import PACE_STEPS, TrainingClock
 from .config import RESUMABLE_CHANGES, Config, validate
 from .data import UnreadableImage, classes, load_splits, local_copy, make_loaders, preprocessing
 from .errors import Interrupted, TrainingError, WrongLaunch
+from .interrupt import StopSignals
 from .launch import requested_processes
 from .run_folder import (
     CHECKPOINTS,
@@ -65,7 +68,10 @@ def create_model(cfg: Config, num_classes: int) -> torch.nn.Module:
     """The recipe's timm model for `num_classes`, with the weights `cfg.pretrained` names, checked before use."""
     if cfg.pretrained is not None and not cfg.pretrained.endswith(".safetensors"):
         # hf-hub: / local-dir: folders carry their own architecture and model_args.
-        model = from_pretrained(cfg.pretrained, num_classes=num_classes, drop_path_rate=cfg.drop_path)
+        try:
+            model = from_pretrained(cfg.pretrained, num_classes=num_classes, drop_path_rate=cfg.drop_path)
+        except (OSError, ValueError) as error:  # a missing or unreadable folder, or weights that do not fit
+            raise TrainingError(f"pretrained: {' '.join(str(error).split())}") from None
         if model.pretrained_cfg["architecture"] != cfg.model or cfg.model_kwargs:
             print(
                 f"Note: {cfg.pretrained} brings its own architecture ({model.pretrained_cfg['architecture']}) and "
@@ -154,8 +160,9 @@ def save_checkpoint(run: "Training") -> None:
     accelerator, final = run.accelerator, run.output_dir / CHECKPOINTS / f"step_{run.state.step:08d}"
     tmp = final.with_name(".tmp-" + final.name)
     with run.clock.paused():
-        if accelerator.is_main_process and tmp.exists():
-            shutil.rmtree(tmp)
+        if accelerator.is_main_process:  # what a killed or twice-interrupted write left; this run holds the folder
+            for partial in final.parent.glob(".tmp-*"):
+                shutil.rmtree(partial)
         accelerator.wait_for_everyone()
         accelerator.save_state(str(tmp))
         if run.ema is not None and accelerator.is_main_process:
@@ -169,6 +176,7 @@ def save_checkpoint(run: "Training") -> None:
             for old in checkpoint_dirs(run.output_dir)[: -run.cfg.keep_checkpoints]:
                 shutil.rmtree(old)
         accelerator.wait_for_everyone()
+    run.checkpoint_step = run.state.step
 
 
 def refuse_non_finite_weights(run: "Training") -> None:
@@ -214,6 +222,11 @@ def resume(cfg: Config, accelerator: Accelerator, ema: ModelEmaV3 | None, checkp
     if checkpoint is None:  # nothing to resume from: the run starts again, and so do its records
         if cfg.resume is not None and accelerator.is_main_process:
             truncate_metrics(output_dir, -1)
+        if cfg.resume is not None and not cfg.overwrite:
+            accelerator.print(
+                f"--resume: {output_dir} holds no checkpoint (the run stopped before its first one), so the run "
+                "starts again from step 0."
+            )
         return
     accelerator.load_state(str(checkpoint))
     if ema is not None:
@@ -244,6 +257,8 @@ class Training:
     state: TrainerState
     bad_in_a_row: int = 0  # updates skipped for a non-finite loss, in a row
     bad_in_window: bool = False  # a non-finite loss in the current gradient-accumulation window
+    checkpoint_step: int | None = None  # the step of the checkpoint this process wrote last
+    stop: StopSignals = field(default_factory=StopSignals)  # SIGINT and SIGTERM, while training
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.cfg.output_dir)
@@ -306,10 +321,11 @@ def train_steps(run: Training) -> None:
             state.step += 1
             state.images_seen += len(images) * accelerator.num_processes * cfg.grad_accum_steps
             after_step(run, loss)
+            stop_if_asked(run)
         else:  # the epoch ran out, not the steps
             state.epoch, state.batch_in_epoch = state.epoch + 1, 0
         evaluate_and_checkpoint(run)
-    run.progress.close()
+        stop_if_asked(run)
 
 
 def after_step(run: Training, loss: torch.Tensor) -> None:
@@ -331,6 +347,27 @@ def after_step(run: Training, loss: torch.Tensor) -> None:
     every_steps = cfg.eval_every and state.step % cfg.eval_every == 0
     if (every_steps or run.clock.evaluation_due()) and state.step < state.total_steps:  # the last comes after the loop
         evaluate_and_checkpoint(run)
+
+
+def stop_if_asked(run: Training) -> None:
+    """After a step: where SIGINT or SIGTERM reached any process (every process learns it through Accelerate's
+    trigger, at the same step), write this step's checkpoint unless it is written, and stop, saying how to continue.
+    A signal during the last step lets the run finish."""
+    state, accelerator = run.state, run.accelerator
+    if state.step >= state.total_steps:
+        return
+    if run.stop.received is not None:
+        accelerator.set_trigger()
+    if not accelerator.check_trigger():
+        return
+    if run.checkpoint_step != state.step:
+        save_checkpoint(run)
+    signum = run.stop.received or signal.SIGINT  # a process the signal did not reach stops with the others
+    raise Interrupted(
+        f"Stopped by {signum.name} at step {state.step}; checkpoint written: {last_checkpoint(run.output_dir)}. "
+        f"Continue with: {resume_command(run.cfg)}",
+        signum,
+    )
 
 
 def optimizer_step(run: Training) -> bool:
@@ -413,6 +450,11 @@ def command_line() -> str:
     spec = getattr(sys.modules["__main__"], "__spec__", None)
     program = ["-m", spec.name] if spec is not None and spec.name != "__main__" else sys.argv[:1]
     return "python " + shlex.join(program + sys.argv[1:])
+
+
+def resume_command(cfg: Config) -> str:
+    """The command that continues this run from its latest checkpoint."""
+    return command_line() + ("" if cfg.resume else " --resume")
 
 
 def export(run: Training, directory: Path) -> None:
@@ -498,32 +540,46 @@ def fit(cfg: Config) -> Summary:
     # written there.
     updates_per_epoch = None if cfg.streaming else math.ceil(len(train_loader) / cfg.grad_accum_steps)
     checkpoint, state = resume_point(cfg, recipe_steps=cfg.max_steps or cfg.epochs * updates_per_epoch)
-    if accelerator.is_main_process:  # the lock is held until the process ends
+    lock = None
+    if accelerator.is_main_process:
         steps_left = None if checkpoint is None else state.total_steps - state.step
-        config = dataclasses.asdict(cfg)
-        lock = take_run_folder(  # noqa: F841
-            Path(cfg.output_dir), config, cfg.resume is not None, cfg.overwrite, RESUMABLE_CHANGES, steps_left
-        )
-    accelerator.wait_for_everyone()
-    if accelerator.log_with:
-        accelerator.init_trackers("train", config={k: str(v) for k, v in dataclasses.asdict(cfg).items()})
-    plain = accelerator.unwrap_model(model, keep_torch_compile=False)
-    ema = ModelEmaV3(plain, decay=cfg.ema_decay) if cfg.ema_decay else None
-    resume(cfg, accelerator, ema, checkpoint, state.step)
-    loaders = (train_loader, val_loader)
-    run = Training(cfg, accelerator, model, optimizer, ema, criterion, mixup, loaders, tuple(batches), names, state)
+        lock = take_run_folder(
+            Path(cfg.output_dir), dataclasses.asdict(cfg), cfg.resume is not None, cfg.overwrite, RESUMABLE_CHANGES,
+            steps_left,
+        )  # fmt: skip
+    try:  # the folder is this run's until fit returns or raises
+        accelerator.wait_for_everyone()
+        if accelerator.log_with:
+            accelerator.init_trackers("train", config={k: str(v) for k, v in dataclasses.asdict(cfg).items()})
+        plain = accelerator.unwrap_model(model, keep_torch_compile=False)
+        ema = ModelEmaV3(plain, decay=cfg.ema_decay) if cfg.ema_decay else None
+        resume(cfg, accelerator, ema, checkpoint, state.step)
+        loaders = (train_loader, val_loader)
+        run = Training(cfg, accelerator, model, optimizer, ema, criterion, mixup, loaders, tuple(batches), names, state)
+        return train_and_export(run, updates_per_epoch)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def train_and_export(run: Training, updates_per_epoch: int | None) -> Summary:
+    """Train to the last step (or a stop signal), then export the last weights and write the run's summary."""
+    cfg, accelerator, state = run.cfg, run.accelerator, run.state
     try:
-        train_steps(run)
-    except KeyboardInterrupt:  # nothing is lost: the last checkpoint resumes bitwise
-        resume_command = command_line() + ("" if cfg.resume else " --resume")
+        with run.stop:
+            train_steps(run)
+    except KeyboardInterrupt:  # a second signal: at once, the last complete checkpoint left as it was
+        signum = run.stop.again or signal.SIGINT
         raise Interrupted(
-            f"Interrupted at step {state.step}. Last checkpoint: {last_checkpoint(run.output_dir)}; continue with: "
-            f"{resume_command}"
+            f"Stopped at once by a second {signum.name} at step {state.step}, its checkpoint not written. Last "
+            f"checkpoint: {last_checkpoint(run.output_dir)}. Continue with: {resume_command(cfg)}",
+            signum,
         ) from None
     except UnreadableImage as error:
         raise TrainingError(str(error).strip().splitlines()[-1]) from None
+    finally:
+        run.progress.close()  # the bar's line ends before any message
 
-    # The last weights and the run's summary.
     export(run, run.output_dir)
     summary = summarize(run, updates_per_epoch)
     if accelerator.is_main_process:
