@@ -310,7 +310,10 @@ def test_an_operator_run_in_inference_mode_then_trains_on_the_same_grid(grid):
     torch.testing.assert_close(x.grad, x_script.grad, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("grid, modes, num_heads", [((24, 17), 4, None), ((9, 12), 3, 2), ((20, 20), 0, None)])
+@pytest.mark.parametrize(
+    "grid, modes, num_heads",
+    [((24, 17), 4, None), ((9, 12), 3, 2), ((20, 20), 0, None), ((2, 1), 6, None), ((1, 1), 6, 2)],
+)
 def test_per_sample_coefficients_are_each_samples_own_operator(grid, modes, num_heads):
     """Coefficients from per-sample shifts: each sample's output, and the gradients of the input and of its shifts,
     are those of a static operator whose parameters carry that sample's shifts."""

@@ -211,16 +211,51 @@ def _mode_matrices(analysis: torch.Tensor, synthesis: torch.Tensor) -> torch.Ten
 
 
 def _axis_matrix(analysis: torch.Tensor, synthesis: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """One axis of the operator as a dense matrix per channel, ``(C, size, size)``: synthesis · symbol · analysis,
-    from the factors :meth:`ConvectionDiffusionReaction2d.axis_operator` returns.
+    """One axis of the operator as a dense matrix per channel, ``(C, size, size)`` (``(B, C, size, size)`` for
+    per-sample symbols): synthesis · symbol · analysis, from the factors
+    :meth:`ConvectionDiffusionReaction2d.axis_operator` returns.
 
     Per mode ``m`` the rotation of :func:`_rotate` maps ``(a, b) = (fwd_cos x, fwd_sin x)`` to
     ``(a ρcos + b ρsin, b ρcos − a ρsin)``, so the matrix is ``Σ_m ρcos[c, m] P_m + ρsin[c, m] Q_m`` with the fixed
     ``P_m = inv_cos_m ⊗ fwd_cos_m + inv_sin_m ⊗ fwd_sin_m`` and ``Q_m = inv_cos_m ⊗ fwd_sin_m − inv_sin_m ⊗ fwd_cos_m``:
     one ``(C, 2M) @ (2M, size²)`` product."""
     size = analysis.shape[1]
-    symbol = torch.cat((cos, sin)).t()  # (C, 2M): ρcos, then ρsin
-    return (symbol @ _mode_matrices(analysis, synthesis).view(-1, size * size)).view(symbol.shape[0], size, size)
+    symbol = torch.cat((cos, sin), -2).transpose(-1, -2)  # (C, 2M), or (B, C, 2M): ρcos, then ρsin
+    matrices = symbol @ _mode_matrices(analysis, synthesis).view(-1, size * size)  # (..., C, size²)
+    return matrices.unflatten(-1, (size, size))
+
+
+def _apply_sample_matrices(
+    x: torch.Tensor, along_h: torch.Tensor, along_w: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_apply_axis_matrices` with matrices of each sample's own, ``(B, C, H, H)`` and ``(B, C, W, W)``: two
+    batched products over samples and channels. Returns ``y`` ``(B, H, W, C)`` and the products' inputs, ``x`` and
+    ``along_h @ x`` as ``(B, C, H, W)``, which the backward of :class:`_SampleMatrices` reuses."""
+    x_c = x.permute(0, 3, 1, 2).contiguous()  # (B, C, H, W)
+    u = torch.matmul(along_h, x_c)  # (B, C, H, W)
+    return torch.matmul(u, along_w.transpose(-1, -2)).permute(0, 2, 3, 1), x_c, u
+
+
+class _SampleMatrices(torch.autograd.Function):
+    """:func:`_apply_sample_matrices` with its backward written out: the output's gradient, channels-last, is made
+    contiguous over (samples, channels) once; autograd's products would take it as a view and, on the CPU, copy it
+    one matrix at a time."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, along_h: torch.Tensor, along_w: torch.Tensor) -> torch.Tensor:
+        y, x_c, u = _apply_sample_matrices(x, along_h, along_w)
+        ctx.save_for_backward(x_c, u, along_h, along_w)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x_c, u, along_h, along_w = ctx.saved_tensors
+        grad_y = grad.permute(0, 3, 1, 2).contiguous()  # (B, C, H, W)
+        grad_w = torch.matmul(grad_y.transpose(-1, -2), u)  # (B, C, W, W)
+        grad_u = torch.matmul(grad_y, along_w)  # (B, C, H, W)
+        grad_h = torch.matmul(grad_u, x_c.transpose(-1, -2))  # (B, C, H, H)
+        grad_x = torch.matmul(along_h.transpose(-1, -2), grad_u).permute(0, 2, 3, 1)  # (B, H, W, C)
+        return grad_x, grad_h, grad_w
 
 
 def _apply_axis_matrices(
@@ -534,8 +569,8 @@ class ConvectionDiffusionReaction2d(nn.Module):
         per sample, from its ``shifts``). Where the kept modes would not reduce the map (:func:`_takes_dense_path`),
         each axis applies as one dense ``(size, size)`` matrix per channel, built from the same modes and symbol
         (:func:`_apply_axis_matrices`; in inference, as the depthwise convolution those matrices are,
-        :func:`_apply_axis_convolutions`); elsewhere, and for per-sample coefficients, the transforms
-        (:func:`_apply_modes`). All compute the same operator."""
+        :func:`_apply_axis_convolutions`; per sample, one per sample and channel, :func:`_apply_sample_matrices`);
+        elsewhere the transforms (:func:`_apply_modes`). All compute the same operator."""
         H, W = x.shape[1], x.shape[2]
         if coefficients is None:
             coefficients = self.coefficients()
@@ -543,19 +578,24 @@ class ConvectionDiffusionReaction2d(nn.Module):
         w = self.axis_operator(W, H, 1, x.device, coefficients)
         per_sample = coefficients[0].dim() > 1
         if torch.jit.is_scripting():  # TorchScript compiles no autograd function: it differentiates the forward
-            if not per_sample and _takes_dense_path(H, W, h[0].shape[0], w[0].shape[0]):
-                return _apply_axis_matrices(
-                    x, _axis_matrix(h[0], h[1], h[2], h[3]), _axis_matrix(w[0], w[1], w[2], w[3])
-                )[0]
+            if _takes_dense_path(H, W, h[0].shape[0], w[0].shape[0]):
+                along_h, along_w = _axis_matrix(h[0], h[1], h[2], h[3]), _axis_matrix(w[0], w[1], w[2], w[3])
+                if per_sample:
+                    return _apply_sample_matrices(x, along_h, along_w)[0]
+                return _apply_axis_matrices(x, along_h, along_w)[0]
             h, w = _rotation(h[0], h[1], h[2], h[3]), _rotation(w[0], w[1], w[2], w[3])
             return _apply_modes(x, h[0], h[1], h[2], h[3], w[0], w[1], w[2], w[3])[0]
         dtype = _compute_dtype(x)
         x = x.to(dtype)
         if not isinstance(H, int):  # a graph for every size (see axis_operator): one path, its forward differentiated
             return _apply_modes(x, *(t.to(dtype) for t in (*_rotation(*h), *_rotation(*w))))[0]
-        dense = not per_sample and _takes_dense_path(H, W, h[0].shape[0], w[0].shape[0])
+        dense = _takes_dense_path(H, W, h[0].shape[0], w[0].shape[0])
         factors = (_axis_matrix(*h), _axis_matrix(*w)) if dense else (*_rotation(*h), *_rotation(*w))
         factors = tuple(t.to(dtype) for t in factors)
+        if dense and per_sample:  # matrices of each sample's own: few and small on these grids
+            if not torch.is_grad_enabled() or torch.compiler.is_compiling():
+                return _apply_sample_matrices(x, *factors)[0]
+            return _SampleMatrices.apply(x, *factors)
         if not torch.is_grad_enabled():  # inference keeps nothing for backward
             return _apply_axis_convolutions(x, *factors) if dense else _apply_modes(x, *factors)[0]
         if torch.compiler.is_compiling():  # torch.compile differentiates the plain forward
