@@ -37,9 +37,7 @@ def median_ms(call: Callable[[], object]) -> float:
 
 
 def axis_matrices(op: nn.Module, H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
-    coefficients = op.coefficients()
-    h = op.axis_operator(H, W, 0, torch.device("cpu"), coefficients)
-    w = op.axis_operator(W, H, 1, torch.device("cpu"), coefficients)
+    h, w = op.grid_operator(H, W, torch.device("cpu"), op.coefficients())
     return _axis_matrix(*h).detach(), _axis_matrix(*w).detach()
 
 

@@ -9,6 +9,7 @@ import torch
 from conftest import randomize_pde
 
 from iris_timm.layers import CUTOFF_DAMPING, ConvectionDiffusionReaction2d, create_cdr
+from iris_timm.layers.cdr import _cached_grid_taps, _cached_grid_wavenumbers, _Kernel
 
 
 def nchw(op: ConvectionDiffusionReaction2d, x: torch.Tensor, apply=None) -> torch.Tensor:
@@ -290,6 +291,35 @@ def test_hand_written_gradients_match_autograd(grid, modes, boundary):
 
     for got, want in zip(output_and_gradients(op), output_and_gradients(torch.jit.script(op)), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("grid", [(1, 1), (2, 3), (4, 4), (5, 2)])
+@pytest.mark.parametrize("num_heads", [None, 2])
+def test_the_kernels_hand_written_backward_is_its_derivative(grid, num_heads):
+    """``kernel``, the operator as a depthwise kernel (the fused spatial filter's), has a hand-written backward:
+    against finite differences in float64, and the kernel against the one TorchScript builds, axis by axis."""
+    op = create_cdr(4, num_heads=num_heads, modes=2)
+    randomize(op, seed=3)
+    H, W = grid
+    wavenumbers = [t.double() for t in _cached_grid_wavenumbers(H, W, op.period_scale, op.modes, torch.device("cpu"))]
+    basis = _cached_grid_taps(H, W, op.period_scale, op.modes, torch.device("cpu")).double()
+    coefficients = [c.detach().double().requires_grad_() for c in op.coefficients()]
+    assert torch.autograd.gradcheck(lambda *c: _Kernel.apply(*c, *wavenumbers, basis, H), coefficients)
+
+    class Kernel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.op = op
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.op.kernel(x.shape[0], x.shape[1])
+
+    kernel = op.kernel(H, W)
+    torch.testing.assert_close(kernel, torch.jit.script(Kernel())(torch.empty(H, W)), rtol=1e-5, atol=1e-6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # float32 under autocast, and its backward runs
+        under_autocast = op.kernel(H, W)
+    under_autocast.sum().backward()
+    assert under_autocast.dtype == torch.float32 and torch.equal(under_autocast, kernel)
 
 
 @pytest.mark.parametrize("grid", [(11, 13), (23, 19)])

@@ -223,13 +223,14 @@ def test_the_depthwise_conv_on_a_grid_narrower_than_its_kernel_is_the_full_kerne
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("gain_init", [None, 0.5])
+@pytest.mark.parametrize(("gain_init", "num_heads"), [(None, None), (0.5, None), (0.5, 3)])
 @pytest.mark.parametrize("grid", [(1, 1), (2, 3), (4, 4), (3, 1), (5, 4)])
-def test_the_spatial_filter_is_its_conv_plus_its_operator_on_every_grid(grid, gain_init):
-    """Where the grid fits the conv's reach both paths are one convolution (the operator's kernel added to the
-    conv's); the output and every gradient are the two paths' sum, computed apart."""
+def test_the_spatial_filter_is_its_conv_plus_its_operator_on_every_grid(grid, gain_init, num_heads):
+    """Where the grid fits the conv's reach both paths are one convolution (the operator's kernel, with its
+    hand-written backward, added to the conv's); the output and every gradient are the two paths' sum, computed
+    apart."""
     torch.manual_seed(0)
-    spatial = randomize_pde(LocalPlusGlobal(6, kernel_size=7, modes=3, gain_init=gain_init))
+    spatial = randomize_pde(LocalPlusGlobal(6, kernel_size=7, num_heads=num_heads, modes=3, gain_init=gain_init))
     x = torch.randn(2, *grid, 6, requires_grad=True)  # (B, H, W, C)
     projection = torch.randn(2, *grid, 6)
     params = [x, *spatial.parameters()]

@@ -137,30 +137,101 @@ def _cached_axis_bases(
         return _axis_bases(size, other, scale, modes, device)
 
 
-def _wavenumbers(frequencies: torch.Tensor, period: int, cell: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """At the integer ``frequencies`` of a ``period``-sample transform on cells of side ``cell``: ``−k²`` and the
-    convection's ``−k``, zero at the Nyquist frequency (see :meth:`ConvectionDiffusionReaction2d.axis_symbol`), each
-    ``(M, 1)``."""
+def _wavenumbers(
+    frequencies: torch.Tensor, period: int, cell: float, axis: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the symbol needs at the integer ``frequencies`` of a ``period``-sample transform along ``axis`` (0: H,
+    1: W) on cells of side ``cell``, one row per frequency: ``−k²`` ``(M, 1)``; whether the row carries the reaction
+    gain (the H rows do) ``(M, 1)``; the convection's ``−k`` in its axis's column, zero at the Nyquist frequency (see
+    :meth:`ConvectionDiffusionReaction2d.axis_symbol`) ``(M, 2)``. Both axes' rows stacked give both axes' symbols
+    in one computation (:func:`_grid_wavenumbers`)."""
     k = (2 * math.pi / (period * cell)) * frequencies.float()[:, None]  # (M, 1)
-    return -(k**2), -k * (2 * frequencies.abs()[:, None] != period)
+    minus_k = -k * (2 * frequencies.abs()[:, None] != period)
+    zero = torch.zeros_like(minus_k)
+    convection = torch.cat((minus_k, zero) if axis == 0 else (zero, minus_k), 1)
+    return -(k**2), torch.full_like(k, 1.0 if axis == 0 else 0.0), convection
+
+
+def _grid_wavenumbers(
+    frequencies_h: torch.Tensor, frequencies_w: torch.Tensor, height: int, width: int, scale: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_wavenumbers` of a ``height x width`` grid's kept frequencies on periods of ``scale`` times each side,
+    the H rows then the W rows."""
+    cell = 1.0 / math.sqrt(height * width)
+    h = _wavenumbers(frequencies_h, scale * height, cell, 0)
+    w = _wavenumbers(frequencies_w, scale * width, cell, 1)
+    return torch.cat((h[0], w[0])), torch.cat((h[1], w[1])), torch.cat((h[2], w[2]))
 
 
 @functools.lru_cache(maxsize=512)
-def _cached_wavenumbers(
-    size: int, other: int, scale: int, modes: int, period: int, cell: float, device: torch.device
+def _cached_grid_wavenumbers(
+    height: int, width: int, scale: int, modes: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_grid_wavenumbers` of the cached bases' frequencies: they hold no parameter."""
+    with torch.inference_mode(False), torch.no_grad():
+        frequencies_h = _cached_axis_bases(height, width, scale, modes, device)[0]
+        frequencies_w = _cached_axis_bases(width, height, scale, modes, device)[0]
+        return _grid_wavenumbers(frequencies_h, frequencies_w, height, width, scale)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_grid_taps(height: int, width: int, scale: int, modes: int, device: torch.device) -> torch.Tensor:
+    """Both axes' Toeplitz taps of :func:`_mode_matrices` on the cached bases, as one block-diagonal matrix
+    ``(2 (Mh + Mw), (2H − 1) + (2W − 1))``: rows the cosines of H's modes and of W's, then their sines (the symbols'
+    order in :meth:`ConvectionDiffusionReaction2d.kernel`); columns H's taps, then W's. They hold no parameter."""
+    with torch.inference_mode(False), torch.no_grad():
+        _, fwd_h, inv_h = _cached_axis_bases(height, width, scale, modes, device)
+        _, fwd_w, inv_w = _cached_axis_bases(width, height, scale, modes, device)
+        taps_h, taps_w = _toeplitz_taps(_mode_matrices(fwd_h, inv_h)), _toeplitz_taps(_mode_matrices(fwd_w, inv_w))
+        mh, mw = taps_h.shape[0] // 2, taps_w.shape[0] // 2
+        cosines = torch.block_diag(taps_h[:mh], taps_w[:mw])
+        return torch.cat((cosines, torch.block_diag(taps_h[mh:], taps_w[mw:])))
+
+
+def _symbol(
+    wavenumbers: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    coefficients: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_wavenumbers` of the cached bases' frequencies: they hold no parameter."""
-    with torch.inference_mode(False), torch.no_grad():
-        return _wavenumbers(_cached_axis_bases(size, other, scale, modes, device)[0], period, cell)
+    """The symbol's ``ρ cos ψ`` and ``ρ sin ψ`` per head at the rows :func:`_wavenumbers` gives (one axis's, or both
+    axes' stacked), from :meth:`ConvectionDiffusionReaction2d.coefficients`: ``(M, heads)``, or ``(B, M, heads)``
+    per sample."""
+    minus_k_squared, carries_gain, convection = wavenumbers
+    rate, log_gain, drift = coefficients  # per head, or (B, 1, heads) per sample
+    magnitude = torch.addcmul(rate * minus_k_squared, carries_gain, log_gain).exp()  # (M, heads)
+    phase = (drift * convection[:, None, :]).sum(-1)  # each row's axis's drift times its −k
+    return magnitude * phase.cos(), magnitude * phase.sin()
 
 
-@functools.lru_cache(maxsize=512)
-def _cached_mode_taps(size: int, other: int, scale: int, modes: int, device: torch.device) -> torch.Tensor:
-    """The Toeplitz taps of :func:`_mode_matrices` on the cached bases, ``(2M, 2 size - 1)``: an axis's taps are the
-    symbol times them, one small product where the dense matrix takes several."""
-    with torch.inference_mode(False), torch.no_grad():
-        _, analysis, synthesis = _cached_axis_bases(size, other, scale, modes, device)
-        return _toeplitz_taps(_mode_matrices(analysis, synthesis))
+class _Kernel(torch.autograd.Function):
+    """The operator's depthwise kernel on a grid, ``(heads, 2H − 1, 2W − 1)``, from its coefficients per head, with
+    its backward written out: a few products in place of the many small steps autograd would record for them.
+
+    Forward: the symbol at both axes' rows (:func:`_symbol`), the taps of both axes in one product with their
+    block-diagonal basis (:func:`_cached_grid_taps`), the outer product of the two axes' taps. Backward: each axis's
+    taps get the kernel's gradient contracted with the other's; the symbol's ``(c, s) = ρ (cos ψ, sin ψ)`` get the
+    basis times those; ``∂ρ/∂ log ρ = ρ`` and ``∂(c, s)/∂ψ = (−s, c)`` carry them to the log-magnitude and the phase,
+    which are linear in the coefficients."""
+
+    @staticmethod
+    def forward(ctx, rate, log_gain, drift, minus_k_squared, carries_gain, convection, basis, height):
+        cos, sin = _symbol((minus_k_squared, carries_gain, convection), (rate, log_gain, drift))  # (M, heads)
+        taps = torch.cat((cos, sin)).t() @ basis  # (heads, (2H - 1) + (2W - 1))
+        along_h, along_w = taps.split([2 * height - 1, taps.shape[1] - 2 * height + 1], 1)
+        ctx.save_for_backward(cos, sin, along_h, along_w, minus_k_squared, carries_gain, convection, basis)
+        return along_h[:, :, None] * along_w[:, None, :]
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos, sin, along_h, along_w, minus_k_squared, carries_gain, convection, basis = ctx.saved_tensors
+        grad_h = torch.bmm(grad, along_w[:, :, None])[:, :, 0]  # (heads, 2H - 1)
+        grad_w = torch.bmm(along_h[:, None, :], grad)[:, 0]  # (heads, 2W - 1)
+        grad_cos, grad_sin = (basis @ torch.cat((grad_h, grad_w), 1).t()).chunk(2)  # (M, heads) each
+        grad_log_magnitude = torch.addcmul(grad_cos * cos, grad_sin, sin)
+        grad_phase = torch.addcmul(grad_sin * cos, grad_cos, sin, value=-1.0)
+        grad_rate = (grad_log_magnitude * minus_k_squared).sum(0)
+        grad_log_gain = (grad_log_magnitude * carries_gain).sum(0)
+        grad_drift = grad_phase.t() @ convection  # (heads, 2)
+        return grad_rate, grad_log_gain, grad_drift, None, None, None, None, None
 
 
 def _size_tensor(size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -213,7 +284,7 @@ def _mode_matrices(analysis: torch.Tensor, synthesis: torch.Tensor) -> torch.Ten
 def _axis_matrix(analysis: torch.Tensor, synthesis: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """One axis of the operator as a dense matrix per channel, ``(C, size, size)`` (``(B, C, size, size)`` for
     per-sample symbols): synthesis · symbol · analysis, from the factors
-    :meth:`ConvectionDiffusionReaction2d.axis_operator` returns.
+    :meth:`ConvectionDiffusionReaction2d.grid_operator` returns.
 
     Per mode ``m`` the rotation of :func:`_rotate` maps ``(a, b) = (fwd_cos x, fwd_sin x)`` to
     ``(a ρcos + b ρsin, b ρcos − a ρsin)``, so the matrix is ``Σ_m ρcos[c, m] P_m + ρsin[c, m] Q_m`` with the fixed
@@ -387,10 +458,12 @@ class _Modes(torch.autograd.Function):
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype the operator's products run in: autocast's where it is on (the autograd functions take every
     factor in that one dtype), else the input's."""
-    device = x.device.type
-    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
-        return torch.get_autocast_dtype(device)
-    return x.dtype
+    return torch.get_autocast_dtype(x.device.type) if _autocast_on(x.device.type) else x.dtype
+
+
+def _autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (a device it does not serve, as meta, never has it on)."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
 
 
 def apply_operator(operator: "ConvectionDiffusionReaction2d", x: torch.Tensor) -> torch.Tensor:
@@ -515,50 +588,65 @@ class ConvectionDiffusionReaction2d(nn.Module):
         At the Nyquist frequency the convection phase is dropped: an odd symbol there is not representable by a
         real operator (the real FFT ignores it too).
         """
-        return self._symbol_at(_wavenumbers(frequencies, period, cell), axis, coefficients)
+        return self._symbol_at(_wavenumbers(frequencies, period, cell, axis), coefficients)
 
     def _symbol_at(
         self,
-        wavenumbers: tuple[torch.Tensor, torch.Tensor],
-        axis: int,
+        wavenumbers: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
         coefficients: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`axis_symbol` at the wavenumbers :func:`_wavenumbers` gives."""
-        minus_k_squared, minus_k_conv = wavenumbers
-        rate, log_gain, drift = coefficients  # per head, or (B, 1, heads) per sample: symbols (M, C) or (B, M, C)
-        log_magnitude = rate * minus_k_squared  # (M, heads)
-        magnitude = (log_magnitude + log_gain if axis == 0 else log_magnitude).exp()
-        phase = drift[..., axis] * minus_k_conv
-        cos, sin = magnitude * phase.cos(), magnitude * phase.sin()
+        """The symbol's factors at the rows :func:`_wavenumbers` gives (one axis's, or both axes' stacked)."""
+        cos, sin = _symbol(wavenumbers, coefficients)
         if self.num_heads == self.channels:
             return cos, sin
         per_head = self.channels // self.num_heads
         return cos.repeat_interleave(per_head, dim=-1), sin.repeat_interleave(per_head, dim=-1)
 
-    def axis_operator(
+    def grid_operator(
         self,
-        size: int,
-        other: int,
+        height: int,
+        width: int,
+        device: torch.device,
+        coefficients: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    ) -> tuple[
+        tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+        tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    ]:
+        """Each axis of a ``height x width`` grid on its kept frequencies: the analysis ``(2M, size)`` and synthesis
+        ``(size, 2M)`` bases and the symbol's ``ρ cos ψ`` and ``ρ sin ψ``, each ``(M, C)``; on a grid of known size,
+        both axes' symbols in one computation."""
+        if torch.jit.is_scripting():  # TorchScript compiles no cache: the bases are rebuilt per call
+            freq_h, fwd_h, inv_h = _axis_bases(height, width, self.period_scale, self.modes, device)
+            freq_w, fwd_w, inv_w = _axis_bases(width, height, self.period_scale, self.modes, device)
+            wavenumbers = _grid_wavenumbers(freq_h, freq_w, height, width, self.period_scale)
+        elif not isinstance(height, int) or torch.compiler.is_compiling():
+            # A graph's symbol (torch.export, torch.jit.trace), or a trace that must not cache its tensors nor read
+            # their values: tensor operations on the sizes, one axis at a time.
+            cell = _size_tensor(height * width, torch.float32, device).rsqrt()
+            h = self._graph_axis_operator(height, width, 0, cell, device, coefficients)
+            return h, self._graph_axis_operator(width, height, 1, cell, device, coefficients)
+        else:
+            _, fwd_h, inv_h = _cached_axis_bases(height, width, self.period_scale, self.modes, device)
+            _, fwd_w, inv_w = _cached_axis_bases(width, height, self.period_scale, self.modes, device)
+            wavenumbers = _cached_grid_wavenumbers(height, width, self.period_scale, self.modes, device)
+        cos, sin = self._symbol_at(wavenumbers, coefficients)  # (Mh + Mw, C), or (B, Mh + Mw, C)
+        mh = fwd_h.shape[0] // 2
+        cos_h, cos_w = cos.split([mh, cos.shape[-2] - mh], -2)
+        sin_h, sin_w = sin.split([mh, sin.shape[-2] - mh], -2)
+        return (fwd_h, inv_h, cos_h, sin_h), (fwd_w, inv_w, cos_w, sin_w)
+
+    def _graph_axis_operator(
+        self,
+        size,
+        other,
         axis: int,
+        cell: torch.Tensor,
         device: torch.device,
         coefficients: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One axis of ``size`` cells (the other has ``other``), on the kept frequencies: the analysis ``(2M, size)``
-        and synthesis ``(size, 2M)`` bases and the symbol's ``ρ cos ψ`` and ``ρ sin ψ``, each ``(M, C)``."""
-        if torch.jit.is_scripting():  # TorchScript compiles no cache: the bases are rebuilt per call
-            period, cell = self.axis_geometry(size, other)
-            frequencies, analysis, synthesis = _axis_bases(size, other, self.period_scale, self.modes, device)
-        elif not isinstance(size, int) or torch.compiler.is_compiling():
-            # A graph's symbol (torch.export, torch.jit.trace), or a trace that must not cache its tensors nor read
-            # their values: tensor operations on the sizes.
-            period = _size_tensor(self.period_scale * size, torch.int64, device)
-            cell = _size_tensor(size * other, torch.float32, device).rsqrt()
-            frequencies, analysis, synthesis = _graph_axis_bases(size, other, self.period_scale, self.modes, device)
-        else:
-            period, cell = self.axis_geometry(size, other)
-            _, analysis, synthesis = _cached_axis_bases(size, other, self.period_scale, self.modes, device)
-            wavenumbers = _cached_wavenumbers(size, other, self.period_scale, self.modes, period, cell, device)
-            return (analysis, synthesis, *self._symbol_at(wavenumbers, axis, coefficients))
+        """:meth:`grid_operator`'s factors of one axis in a graph that runs at every size."""
+        period = _size_tensor(self.period_scale * size, torch.int64, device)
+        frequencies, analysis, synthesis = _graph_axis_bases(size, other, self.period_scale, self.modes, device)
         cos, sin = self.axis_symbol(frequencies, period, cell, axis, coefficients)
         return analysis, synthesis, cos, sin
 
@@ -574,8 +662,7 @@ class ConvectionDiffusionReaction2d(nn.Module):
         H, W = x.shape[1], x.shape[2]
         if coefficients is None:
             coefficients = self.coefficients()
-        h = self.axis_operator(H, W, 0, x.device, coefficients)
-        w = self.axis_operator(W, H, 1, x.device, coefficients)
+        h, w = self.grid_operator(H, W, x.device, coefficients)
         per_sample = coefficients[0].dim() > 1
         if torch.jit.is_scripting():  # TorchScript compiles no autograd function: it differentiates the forward
             if _takes_dense_path(H, W, h[0].shape[0], w[0].shape[0]):
@@ -587,7 +674,7 @@ class ConvectionDiffusionReaction2d(nn.Module):
             return _apply_modes(x, h[0], h[1], h[2], h[3], w[0], w[1], w[2], w[3])[0]
         dtype = _compute_dtype(x)
         x = x.to(dtype)
-        if not isinstance(H, int):  # a graph for every size (see axis_operator): one path, its forward differentiated
+        if not isinstance(H, int):  # a graph for every size (see grid_operator): one path, its forward differentiated
             return _apply_modes(x, *(t.to(dtype) for t in (*_rotation(*h), *_rotation(*w))))[0]
         dense = _takes_dense_path(H, W, h[0].shape[0], w[0].shape[0])
         factors = (_axis_matrix(*h), _axis_matrix(*w)) if dense else (*_rotation(*h), *_rotation(*w))
@@ -602,31 +689,28 @@ class ConvectionDiffusionReaction2d(nn.Module):
             return (_apply_axis_matrices if dense else _apply_modes)(x, *factors)[0]
         return (_AxisMatrices if dense else _Modes).apply(x, *factors)
 
-    def axis_taps(
-        self,
-        size: int,
-        other: int,
-        axis: int,
-        device: torch.device,
-        coefficients: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    ) -> torch.Tensor:
-        """One axis of ``size`` cells as the taps of a depthwise cross-correlation with ``size - 1`` cells of zero
-        padding, ``(C, 2 size - 1)``: the Toeplitz taps of its :func:`_axis_matrix`."""
-        analysis, synthesis, cos, sin = self.axis_operator(size, other, axis, device, coefficients)
-        if torch.jit.is_scripting() or torch.compiler.is_compiling():
-            basis = _toeplitz_taps(_mode_matrices(analysis, synthesis))
-        else:
-            basis = _cached_mode_taps(size, other, self.period_scale, self.modes, device)
-        return torch.cat((cos, sin)).t() @ basis  # (C, 2M) @ (2M, 2 size - 1)
-
     def kernel(self, height: int, width: int, device: torch.device | None = None) -> torch.Tensor:
         """The operator on a ``height x width`` grid as the depthwise cross-correlation it is (zero padding of
         ``height - 1`` and ``width - 1``): its ``(C, 2 height - 1, 2 width - 1)`` kernel, in float32, differentiable
-        in the coefficients. The outer product of the two axes' taps: the operator is separable."""
+        in the coefficients. The operator is separable: the outer product of the two axes' taps, each the symbol
+        times its kept modes' fixed taps (the Toeplitz taps of :func:`_axis_matrix`); in eager PyTorch both axes in
+        one product, with a hand-written backward (:class:`_Kernel`)."""
         device = self.log_time.device if device is None else device
         coefficients = self.coefficients()
-        along_h = self.axis_taps(height, width, 0, device, coefficients)  # (C, 2H - 1)
-        along_w = self.axis_taps(width, height, 1, device, coefficients)  # (C, 2W - 1)
+        if torch.jit.is_scripting() or torch.compiler.is_compiling():  # no cache: each axis from its factors
+            h, w = self.grid_operator(height, width, device, coefficients)
+            along_h = torch.cat((h[2], h[3])).t() @ _toeplitz_taps(_mode_matrices(h[0], h[1]))  # (C, 2H - 1)
+            along_w = torch.cat((w[2], w[3])).t() @ _toeplitz_taps(_mode_matrices(w[0], w[1]))  # (C, 2W - 1)
+        else:
+            if _autocast_on(device.type):  # in float32, the dtype its backward computes in: the kernel is small
+                with torch.autocast(device.type, enabled=False):
+                    return self.kernel(height, width, device)
+            wavenumbers = _cached_grid_wavenumbers(height, width, self.period_scale, self.modes, device)
+            basis = _cached_grid_taps(height, width, self.period_scale, self.modes, device)
+            kernel = _Kernel.apply(*coefficients, *wavenumbers, basis, height)  # (heads, 2H - 1, 2W - 1)
+            if self.num_heads == self.channels:
+                return kernel
+            return kernel.repeat_interleave(self.channels // self.num_heads, dim=0)
         return along_h[:, :, None] * along_w[:, None, :]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, H, W, C)
