@@ -152,14 +152,20 @@ def _wavenumbers(
     return -(k**2), torch.full_like(k, 1.0 if axis == 0 else 0.0), convection
 
 
+def _axis_geometry(scale: int, size: int, other: int) -> tuple[int, float]:
+    """The transform period of an axis of ``size`` cells, ``scale`` times its side (``other`` cells on the other
+    axis), and the cell's side in content units: the image, ``size × other`` cells, has unit area."""
+    return scale * size, 1.0 / math.sqrt(size * other)
+
+
 def _grid_wavenumbers(
     frequencies_h: torch.Tensor, frequencies_w: torch.Tensor, height: int, width: int, scale: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`_wavenumbers` of a ``height x width`` grid's kept frequencies on periods of ``scale`` times each side,
     the H rows then the W rows."""
-    cell = 1.0 / math.sqrt(height * width)
-    h = _wavenumbers(frequencies_h, scale * height, cell, 0)
-    w = _wavenumbers(frequencies_w, scale * width, cell, 1)
+    (period_h, cell), (period_w, _) = _axis_geometry(scale, height, width), _axis_geometry(scale, width, height)
+    h = _wavenumbers(frequencies_h, period_h, cell, 0)
+    w = _wavenumbers(frequencies_w, period_w, cell, 1)
     return torch.cat((h[0], w[0])), torch.cat((h[1], w[1])), torch.cat((h[2], w[2]))
 
 
@@ -571,7 +577,7 @@ class ConvectionDiffusionReaction2d(nn.Module):
     def axis_geometry(self, size: int, other: int) -> tuple[int, float]:
         """The transform period of an axis of ``size`` cells (twice the side on the open domain, an implicit zero
         padding) and the cell's side in content units (the image, ``size × other`` cells, has unit area)."""
-        return self.period_scale * size, 1.0 / math.sqrt(size * other)
+        return _axis_geometry(self.period_scale, size, other)
 
     def axis_symbol(
         self,
